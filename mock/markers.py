@@ -1,0 +1,375 @@
+"""The marker grammar: the one piece of code the mock and the harness share.
+
+The mock parses markers from the latest user message to decide what to reply;
+the harness composes inputs with the same grammar and derives from the same
+:class:`Plan` what a correct turn must show. Nothing here does I/O.
+
+Grammar (docs/markers.md is the user-facing version)::
+
+    marker := "!" NAME [COUNT] (":" ARG)*      a whitespace-delimited token
+    nonce  := "#" [A-Za-z0-9_-]+               the last such token of the message
+
+At most one marker per message. A message without a marker gets a text reply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from .catalog import DEFAULT_CATALOG, Catalog
+from .errors import MarkerError
+
+N_MIN, N_MAX = 1, 64
+MS_MAX = 600_000
+DEFAULT_TOOL_MS = 200
+DEFAULT_MIXED_MS = 50
+DEFAULT_QUIRK_N = 3
+
+ERR_KINDS = ("500", "429", "503", "midstream", "disconnect", "malformed")
+QUIRKS = (
+    "noindex",
+    "noindex_whole",
+    "index1_first",
+    "index0_all",
+    "onechunk",
+    "cont_first",
+    "repeat_name",
+    "empty_id_name",
+    "nullargs",
+    "placeholder_args",
+    "args_object",
+    "finish_stop",
+    "midstream_error",
+    "azure_prefilter",
+    "per_chunk_id",
+    "event_line",
+    "nodone",
+)
+# name -> (takes a count, max number of ":" arguments)
+MARKERS: dict[str, tuple[bool, int]] = {
+    "batch": (True, 0),
+    "mixed": (True, 1),
+    "slowbatch": (True, 1),
+    "serialbatch": (True, 1),
+    "img": (False, 0),
+    "ocr": (False, 0),
+    "resident": (False, 0),
+    "notify": (False, 0),
+    "err": (False, 1),
+    "hang": (False, 1),
+    "quirk": (False, 2),
+}
+
+_MARKER_RE = re.compile(r"(?<!\S)!([A-Za-z]+)(\d*)((?::[^\s:]*)*)(?=\s|$)")
+_NONCE_RE = re.compile(r"(?<!\S)#([A-Za-z0-9_-]+)(?=\s|$)")
+NONCE_CHARS = re.compile(r"[A-Za-z0-9_-]+")
+
+VERDICT_RE = re.compile(
+    r"^KST nonce=(?P<nonce>\S+) plan=(?P<plan>\S+) expected=(?P<expected>\d+) got=(?P<got>\d+) "
+    r"ids=(?P<ids>ok|bad) args=(?P<args>ok|bad) order=(?P<order>ok|bad) errors=(?P<errors>\d+) "
+    r"tool_ms=(?P<tool_ms>-?\d+|na)$",
+    re.M,
+)
+TEXT_VERDICT_RE = re.compile(r"^KST nonce=(?P<nonce>\S+) plan=text ok$", re.M)
+TIMESTAMP_RE = re.compile(r"^KST-(?P<edge>[SE]) (?P<nonce>[A-Za-z0-9_-]+) (?P<i>\d+) (?P<ns>\d+)\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class Marker:
+    name: str
+    count: int | None
+    args: tuple[str, ...]
+    token: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call the mock will ask for, exactly as it goes on the wire."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+    role: str
+    parallel_safe: bool
+    sleep_ms: int | None = None
+    expect: tuple[str, ...] = ()
+    expect_error: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the mock replies to one user message, and what a correct turn shows."""
+
+    kind: str  # text | batch | mixed | slowbatch | serialbatch | img | ocr | resident | notify | err | hang | quirk
+    nonce: str
+    calls: tuple[Call, ...] = ()
+    err: str | None = None
+    hang_ms: int | None = None  # None with kind == "hang": until the client goes away
+    quirk: str | None = None
+    marker: str | None = None
+
+    @property
+    def has_tools(self) -> bool:
+        return bool(self.calls)
+
+    @property
+    def serial_required(self) -> bool:
+        """The tool batch rule: one call, or any non-parallel-safe call -> serial."""
+        return len(self.calls) == 1 or any(not c.parallel_safe for c in self.calls)
+
+    @property
+    def expected_errors(self) -> int:
+        return sum(1 for c in self.calls if c.expect_error)
+
+    @property
+    def timed_calls(self) -> tuple[Call, ...]:
+        return tuple(c for c in self.calls if c.sleep_ms is not None)
+
+    @property
+    def serial_ms(self) -> int:
+        """Sum of the sleeps: the tool phase's duration when run one after another."""
+        return sum(c.sleep_ms or 0 for c in self.calls)
+
+    @property
+    def concurrent_ms(self) -> int:
+        """Longest sleep: the tool phase's duration when all run at once."""
+        return max((c.sleep_ms or 0 for c in self.calls), default=0)
+
+    @property
+    def ideal_speedup(self) -> float:
+        return self.serial_ms / self.concurrent_ms if self.concurrent_ms else 1.0
+
+    @property
+    def expects_error_frame(self) -> bool:
+        return self.kind == "err"
+
+
+def find_nonce(text: str) -> str | None:
+    found = _NONCE_RE.findall(text)
+    return found[-1] if found else None
+
+
+def nonce_for(text: str) -> str:
+    """The input's nonce; a message without one gets a stable hash of its text."""
+    return find_nonce(text) or "h" + hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def parse_marker(text: str) -> Marker | None:
+    found = list(_MARKER_RE.finditer(text))
+    if not found:
+        return None
+    if len(found) > 1:
+        tokens = ", ".join(m.group(0) for m in found)
+        raise MarkerError(f"the message holds {len(found)} markers ({tokens}); use at most one marker per message")
+    m = found[0]
+    token = m.group(0)
+    name = m.group(1)
+    if name not in MARKERS:
+        raise MarkerError(f"unknown marker {token!r}; known markers: {', '.join('!' + k for k in MARKERS)}")
+    takes_count, max_args = MARKERS[name]
+    count: int | None = int(m.group(2)) if m.group(2) else None
+    args = tuple(a for a in m.group(3).split(":")[1:])
+    if takes_count and count is None:
+        raise MarkerError(f"marker {token!r} needs a count: !{name}N with N from {N_MIN} to {N_MAX}, e.g. !{name}4")
+    if not takes_count and count is not None:
+        raise MarkerError(f"marker {token!r} takes no count; write !{name}")
+    if len(args) > max_args:
+        raise MarkerError(f"marker {token!r} takes at most {max_args} ':' argument(s); see docs/markers.md")
+    if any(a == "" for a in args):
+        raise MarkerError(f"marker {token!r} has an empty ':' argument")
+    if count is not None and not N_MIN <= count <= N_MAX:
+        raise MarkerError(f"marker {token!r}: count {count} is out of range; N must be from {N_MIN} to {N_MAX}")
+    return Marker(name=name, count=count, args=args, token=token)
+
+
+def _ms_arg(marker: Marker, default: int) -> int:
+    if not marker.args:
+        return default
+    raw = marker.args[0]
+    if not raw.isdigit() or not 1 <= int(raw) <= MS_MAX:
+        raise MarkerError(
+            f"marker {marker.token!r}: duration {raw!r} must be whole milliseconds from 1 to {MS_MAX}"
+        )
+    return int(raw)
+
+
+def slow_durations(n: int, ms: int) -> list[int]:
+    """Sleep of each slow call: decreasing with the index, so that concurrent
+    completion order is the reverse of declared order. The step is 1% of MS so
+    that the ideal speedup (sum / max) stays within a few percent of N."""
+    step = max(1, ms // 100)
+    return [ms + (n - 1 - i) * step for i in range(n)]
+
+
+def build_plan(
+    text: str,
+    catalog: Catalog = DEFAULT_CATALOG,
+    tool_ms: int = DEFAULT_TOOL_MS,
+    mixed_ms: int = DEFAULT_MIXED_MS,
+) -> Plan:
+    """Derive the reply plan from a user message. Deterministic: the mock calls
+    it again on the follow-up request to know what it sent."""
+    nonce = nonce_for(text)
+    marker = parse_marker(text)
+    if marker is None:
+        return Plan(kind="text", nonce=nonce)
+    name = marker.name
+
+    def call(i: int, role: str, sleep_ms: int | None = None) -> Call:
+        r = catalog[role]
+        return Call(
+            index=i,
+            id=f"call_{nonce}_{i}",
+            name=r.name,
+            arguments=r.render(nonce, i, sleep_ms or 0),
+            role=role,
+            parallel_safe=r.parallel_safe,
+            sleep_ms=sleep_ms,
+            expect=r.expected_substrings(nonce, i),
+            expect_error=r.expect_error,
+        )
+
+    calls: list[Call] = []
+    plan_kw: dict = {}
+    if name == "batch":
+        calls = [call(i, "fast") for i in range(marker.count or 0)]
+    elif name == "mixed":
+        n = marker.count or 0
+        if n < 2:
+            raise MarkerError(f"marker {marker.token!r}: a mixed batch needs N >= 2 (N-1 sleeps and one write)")
+        ms = _ms_arg(marker, mixed_ms)
+        writer_at = n // 2
+        calls = [call(i, "writer") if i == writer_at else call(i, "slow", ms) for i in range(n)]
+    elif name in ("slowbatch", "serialbatch"):
+        n = marker.count or 0
+        ms = _ms_arg(marker, tool_ms)
+        calls = [call(i, "slow", d) for i, d in enumerate(slow_durations(n, ms))]
+        if name == "serialbatch":
+            calls.append(call(n, "writer"))
+    elif name in ("img", "ocr", "resident", "notify"):
+        calls = [call(0, name)]
+    elif name == "err":
+        kind = marker.args[0] if marker.args else "500"
+        if kind not in ERR_KINDS:
+            raise MarkerError(f"marker {marker.token!r}: unknown fault {kind!r}; kinds: {', '.join(ERR_KINDS)}")
+        plan_kw["err"] = kind
+        if kind in ("midstream", "disconnect"):
+            # the partial tool call they cut off mid-arguments
+            calls = [call(0, "fast")]
+    elif name == "hang":
+        plan_kw["hang_ms"] = _ms_arg(marker, 0) if marker.args else None
+    elif name == "quirk":
+        if not marker.args:
+            raise MarkerError(f"marker {marker.token!r} needs a quirk name: !quirk:NAME[:N]; quirks: {', '.join(QUIRKS)}")
+        quirk = marker.args[0]
+        if quirk not in QUIRKS:
+            raise MarkerError(f"marker {marker.token!r}: unknown quirk {quirk!r}; quirks: {', '.join(QUIRKS)}")
+        n = DEFAULT_QUIRK_N
+        if len(marker.args) > 1:
+            raw = marker.args[1]
+            if not raw.isdigit() or not N_MIN <= int(raw) <= N_MAX:
+                raise MarkerError(f"marker {marker.token!r}: count {raw!r} must be from {N_MIN} to {N_MAX}")
+            n = int(raw)
+        plan_kw["quirk"] = quirk
+        calls = [call(i, "fast") for i in range(n)]
+    return Plan(kind=name, nonce=nonce, calls=tuple(calls), marker=marker.token, **plan_kw)
+
+
+def compose(marker: str | None, nonce: str, prefix: str = "kstress") -> str:
+    """The text of one input: an optional marker and the unique nonce suffix that
+    defeats kernels' replay guards (identical text would be dropped)."""
+    if not NONCE_CHARS.fullmatch(nonce):
+        raise ValueError(f"nonce {nonce!r} must match [A-Za-z0-9_-]+")
+    body = f"{prefix} {marker}" if marker else prefix
+    return f"{body} #{nonce}"
+
+
+# --- the verdict line --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerdictLine:
+    nonce: str
+    plan: str
+    expected: int
+    got: int
+    ids: bool
+    args: bool
+    order: bool
+    errors: int
+    tool_ms: int | None
+
+    def format(self) -> str:
+        tool_ms = "na" if self.tool_ms is None else str(self.tool_ms)
+        return (
+            f"KST nonce={self.nonce} plan={self.plan} expected={self.expected} got={self.got} "
+            f"ids={_ok(self.ids)} args={_ok(self.args)} order={_ok(self.order)} errors={self.errors} "
+            f"tool_ms={tool_ms}"
+        )
+
+    @property
+    def all_ok(self) -> bool:
+        return self.got == self.expected and self.ids and self.args and self.order
+
+
+def _ok(flag: bool) -> str:
+    return "ok" if flag else "bad"
+
+
+def text_verdict(nonce: str) -> str:
+    return f"KST nonce={nonce} plan=text ok"
+
+
+def parse_verdict(text: str) -> VerdictLine | None:
+    """The first tool verdict line in a reply, or None."""
+    m = VERDICT_RE.search(text)
+    if not m:
+        return None
+    g = m.groupdict()
+    return VerdictLine(
+        nonce=g["nonce"],
+        plan=g["plan"],
+        expected=int(g["expected"]),
+        got=int(g["got"]),
+        ids=g["ids"] == "ok",
+        args=g["args"] == "ok",
+        order=g["order"] == "ok",
+        errors=int(g["errors"]),
+        tool_ms=None if g["tool_ms"] == "na" else int(g["tool_ms"]),
+    )
+
+
+def parse_text_verdict(text: str) -> str | None:
+    """The nonce of a `plan=text ok` line, or None."""
+    m = TEXT_VERDICT_RE.search(text)
+    return m.group("nonce") if m else None
+
+
+def parse_timestamps(text: str, nonce: str) -> dict[int, tuple[int | None, int | None]]:
+    """KST-S / KST-E nanosecond timestamps per call index, for one nonce."""
+    out: dict[int, list[int | None]] = {}
+    for m in TIMESTAMP_RE.finditer(text):
+        if m.group("nonce") != nonce:
+            continue
+        slot = out.setdefault(int(m.group("i")), [None, None])
+        slot[0 if m.group("edge") == "S" else 1] = int(m.group("ns"))
+    return {i: (s, e) for i, (s, e) in out.items()}
+
+
+def peak_overlap(intervals: Iterable[tuple[int, int]]) -> int:
+    """Largest number of intervals open at one instant (an end at t closes
+    before a start at t opens)."""
+    events: list[tuple[int, int]] = []
+    for start, end in intervals:
+        events.append((start, 1))
+        events.append((end, -1))
+    events.sort(key=lambda e: (e[0], e[1]))
+    peak = cur = 0
+    for _, delta in events:
+        cur += delta
+        peak = max(peak, cur)
+    return peak

@@ -1,0 +1,474 @@
+"""The mock LLM as an aiohttp application, and a runner that owns its socket.
+
+``create_app(settings)`` is a plain ``web.Application`` factory; ``MockServer``
+is the lifecycle (an async context manager that binds, reports its URL and
+closes idempotently). No signal handlers are installed here: that is the CLI's
+business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from aiohttp import web
+
+from . import wire
+from .catalog import DEFAULT_CATALOG, Catalog
+from .errors import ConfigError, MarkerError
+from .markers import MS_MAX, Call, Plan, build_plan, text_verdict
+from .script import Script
+from .verdict import StreamClock, check, latest_user_index, message_text, verdict_text
+
+RECENT_CAPACITY = 1000
+HANG_LIMIT_S = MS_MAX / 1000
+# Client went away: aiohttp raises these (ClientConnectionResetError subclasses
+# ConnectionResetError) when writing to a closed transport.
+_GONE = (ConnectionResetError, BrokenPipeError)
+
+
+@dataclass(frozen=True)
+class MockSettings:
+    host: str = "127.0.0.1"
+    port: int = 0
+    ttft_ms: int = 0
+    chunk_delay_ms: int = 0
+    text_chunks: int = 20
+    tool_ms: int = 200
+    mixed_ms: int = 50
+    catalog: Catalog = DEFAULT_CATALOG
+    script: Script | None = None
+    log_path: Path | None = None
+    model: str = "kstress-mock"
+
+    def __post_init__(self) -> None:
+        def rule(ok: bool, name: str, value: Any, want: str) -> None:
+            if not ok:
+                raise ConfigError(f"{name}={value!r} is invalid: {want}")
+
+        rule(isinstance(self.port, int) and 0 <= self.port <= 65535, "port", self.port, "use 0 (pick one) to 65535")
+        rule(0 <= self.ttft_ms <= MS_MAX, "ttft_ms", self.ttft_ms, f"use 0 to {MS_MAX}")
+        rule(0 <= self.chunk_delay_ms <= 60_000, "chunk_delay_ms", self.chunk_delay_ms, "use 0 to 60000")
+        rule(1 <= self.text_chunks <= 10_000, "text_chunks", self.text_chunks, "use 1 to 10000")
+        rule(1 <= self.tool_ms <= MS_MAX, "tool_ms", self.tool_ms, f"use 1 to {MS_MAX}")
+        rule(1 <= self.mixed_ms <= MS_MAX, "mixed_ms", self.mixed_ms, f"use 1 to {MS_MAX}")
+        rule(bool(self.host), "host", self.host, "give an address to bind, e.g. 127.0.0.1")
+
+    @property
+    def paced(self) -> bool:
+        return self.ttft_ms > 0 or self.chunk_delay_ms > 0
+
+
+@dataclass
+class MockState:
+    """Counters, the recent-request ring and the stream clock of one app."""
+
+    counters: collections.Counter = field(default_factory=collections.Counter)
+    plans: collections.Counter = field(default_factory=collections.Counter)
+    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RECENT_CAPACITY))
+    clock: StreamClock = field(default_factory=StreamClock)
+    inflight: int = 0
+    hanging: int = 0
+    started: float = field(default_factory=time.time)
+    log: IO[str] | None = None
+
+    def reset(self) -> None:
+        self.counters.clear()
+        self.plans.clear()
+        self.recent.clear()
+        self.clock.clear()
+
+    def record(self, rec: dict[str, Any]) -> None:
+        self.recent.append(rec)
+        if self.log is not None:
+            self.log.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "uptime_s": round(time.time() - self.started, 3),
+            "inflight": self.inflight,
+            "hanging": self.hanging,
+            "nonces_tracked": len(self.clock),
+            **dict(self.counters),
+            "plans": dict(self.plans),
+        }
+
+
+SETTINGS_KEY = web.AppKey("settings", MockSettings)
+STATE_KEY = web.AppKey("state", MockState)
+
+
+def _usage(messages: list, completion_chars: int) -> dict[str, int]:
+    prompt = sum(len(message_text(m.get("content"))) for m in messages if isinstance(m, dict))
+    p, c = math.ceil(prompt / 4), math.ceil(completion_chars / 4)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def _json_error(
+    status: int,
+    message: str,
+    type_: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict | None = None,
+) -> web.Response:
+    return web.json_response(wire.error_body(message, type_, code, param), status=status, headers=headers)
+
+
+class _Reply:
+    """What one chat request gets: events to stream, or a complete object."""
+
+    __slots__ = ("events", "content", "calls", "finish", "status", "error", "headers", "plan_kind", "verdict", "nonce", "mark_nonce")
+
+    def __init__(self) -> None:
+        self.events: list[bytes] | None = None
+        self.content: str | None = None
+        self.calls: tuple[Call, ...] = ()
+        self.finish: str | None = None
+        self.status = 200
+        self.error: dict[str, Any] | None = None
+        self.headers: dict[str, str] | None = None
+        self.plan_kind = "text"
+        self.verdict: str | None = None
+        self.nonce: str | None = None
+        self.mark_nonce = False
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    settings = request.app[SETTINGS_KEY]
+    state = request.app[STATE_KEY]
+    state.inflight += 1
+    state.counters["requests"] += 1
+    t0 = time.monotonic()
+    rec: dict[str, Any] = {"ts": round(time.time(), 6), "path": request.path}
+    try:
+        resp = await _chat(request, settings, state, rec)
+        rec["status"] = resp.status
+        return resp
+    except asyncio.CancelledError:
+        # handler_cancellation: the client went away (e.g. gave up on a hang)
+        state.counters["disconnects"] += 1
+        rec["status"] = 499
+        raise
+    finally:
+        state.inflight -= 1
+        rec["ms"] = round((time.monotonic() - t0) * 1000, 3)
+        state.record(rec)
+
+
+async def _chat(request: web.Request, settings: MockSettings, state: MockState, rec: dict[str, Any]) -> web.StreamResponse:
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        state.counters["bad_requests"] += 1
+        return _json_error(400, f"the request body is not valid JSON ({exc}); send a chat.completions request object")
+    if not isinstance(body, dict):
+        state.counters["bad_requests"] += 1
+        return _json_error(400, "the request body must be a JSON object with a 'messages' list")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        state.counters["bad_requests"] += 1
+        return _json_error(400, "'messages' is missing or empty; send at least one user message", param="messages")
+    user_at = latest_user_index(messages)
+    if user_at is None:
+        state.counters["bad_requests"] += 1
+        return _json_error(400, "'messages' holds no user message; the mock reads its markers from the latest one", param="messages")
+    stream = bool(body.get("stream"))
+    opts = body.get("stream_options")
+    include_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
+    model = body.get("model") if isinstance(body.get("model"), str) and body.get("model") else settings.model
+    user_text = message_text(messages[user_at].get("content"))
+    followup = isinstance(messages[-1], dict) and messages[-1].get("role") == "tool"
+    rec.update(stream=stream, n_messages=len(messages), followup=followup)
+
+    if settings.script is not None:
+        reply = _scripted(settings.script, rec)
+        plan: Plan | None = None
+    else:
+        try:
+            plan = build_plan(user_text, settings.catalog, settings.tool_ms, settings.mixed_ms)
+        except MarkerError as exc:
+            state.counters["bad_requests"] += 1
+            rec["error"] = str(exc)
+            return _json_error(400, str(exc), param="messages", code="kstress_marker")
+        reply = _planned(plan, messages, user_at, followup, settings, state)
+        rec.update(plan=plan.kind, nonce=plan.nonce, marker=plan.marker)
+    state.plans[reply.plan_kind] += 1
+    if reply.verdict:
+        rec["verdict"] = reply.verdict
+        state.counters["verdicts_ok" if " ids=ok args=ok order=ok " in reply.verdict and _counts_match(reply.verdict) else "verdicts_bad"] += 1
+
+    if reply.error is not None:
+        state.counters["errors_injected"] += 1
+        return web.json_response(reply.error, status=reply.status, headers=reply.headers)
+
+    if plan is not None and plan.kind == "hang":
+        state.hanging += 1
+        try:
+            await asyncio.sleep(HANG_LIMIT_S if plan.hang_ms is None else plan.hang_ms / 1000)
+        finally:
+            state.hanging -= 1
+
+    if not stream:
+        if plan is not None and plan.kind == "err" and reply.verdict is None:
+            return _nonstream_fault(request, plan, state)
+        usage = _usage(messages, len(reply.content or "") + sum(len(c.arguments) for c in reply.calls))
+        if reply.mark_nonce and reply.nonce:
+            state.clock.mark(reply.nonce)
+        return web.json_response(wire.completion(model, reply.content, reply.calls, usage, reply.finish))
+
+    renderer = wire.Renderer(
+        model=model,
+        include_usage=include_usage,
+        per_chunk_id=plan is not None and plan.quirk == "per_chunk_id",
+        event_line="message" if plan is not None and plan.quirk == "event_line" else None,
+    )
+    events = _events(renderer, reply, plan, messages, settings)
+    resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
+    try:
+        await resp.prepare(request)
+        if settings.ttft_ms:
+            await asyncio.sleep(settings.ttft_ms / 1000)
+        if wire.CUT in events:
+            head = events[: events.index(wire.CUT)]
+            await resp.write(b"".join(head))
+            state.counters["disconnects_injected"] += 1
+            # Drop the connection with the response unfinished, as a crashed
+            # upstream does; aiohttp then skips the final chunk.
+            if request.transport is not None:
+                request.transport.close()
+            return resp
+        if settings.chunk_delay_ms:
+            delay = settings.chunk_delay_ms / 1000
+            for k, ev in enumerate(events):
+                if k:
+                    await asyncio.sleep(delay)
+                await resp.write(ev)
+        else:
+            await resp.write(b"".join(events))
+        if reply.mark_nonce and reply.nonce:
+            state.clock.mark(reply.nonce)
+        await resp.write_eof()
+    except _GONE:
+        state.counters["disconnects"] += 1
+        rec["client_gone"] = True
+    return resp
+
+
+def _nonstream_fault(request: web.Request, plan: Plan, state: MockState) -> web.StreamResponse:
+    state.counters["errors_injected"] += 1
+    if plan.err == "disconnect":
+        state.counters["disconnects_injected"] += 1
+        if request.transport is not None:
+            request.transport.close()
+        return web.Response(status=500)  # never reaches the client: the connection is gone
+    if plan.err == "malformed":
+        return web.Response(status=200, body=b'{"id":"chatcmpl-kstress","choices":[{"index":', content_type="application/json")
+    return _json_error(500, f"kstress mock: injected mid-response error (marker {plan.marker})", "server_error", "internal_error")
+
+
+def _counts_match(verdict: str) -> bool:
+    fields = dict(p.split("=", 1) for p in verdict.split() if "=" in p)
+    return fields.get("expected") == fields.get("got") and fields.get("ids") == "ok"
+
+
+def _scripted(script: Script, rec: dict[str, Any]) -> _Reply:
+    k, entry = script.next()
+    rec["script_entry"] = k
+    reply = _Reply()
+    reply.plan_kind = f"script:{entry.kind}"
+    if entry.kind == "text":
+        reply.content = entry.text
+    elif entry.kind == "tools":
+        reply.calls = tuple(
+            Call(index=i, id=f"call_script{k}_{i}", name=name, arguments=args, role="script", parallel_safe=True)
+            for i, (name, args) in enumerate(entry.calls)
+        )
+    else:
+        reply.status = entry.status
+        reply.error = wire.error_body(entry.message, "server_error" if entry.status >= 500 else "invalid_request_error")
+    return reply
+
+
+def _planned(plan: Plan, messages: list, user_at: int, followup: bool, settings: MockSettings, state: MockState) -> _Reply:
+    reply = _Reply()
+    reply.plan_kind = plan.kind
+    reply.nonce = plan.nonce
+    if followup:
+        line, echoes = check(plan, messages, user_at, settings.catalog, state.clock.elapsed_ms(plan.nonce))
+        reply.content = verdict_text(line, echoes)
+        reply.verdict = line.format()
+        reply.plan_kind = f"{plan.kind}:verdict"
+        return reply
+    if plan.kind == "err" and plan.err in ("500", "429", "503"):
+        reply.status = int(plan.err)
+        msg = f"kstress mock: injected HTTP {plan.err} (marker {plan.marker})"
+        if plan.err == "429":
+            reply.error = wire.error_body(msg, "requests", "rate_limit_exceeded")
+            reply.headers = {"retry-after": "1", "x-ratelimit-remaining-requests": "0"}
+        elif plan.err == "503":
+            reply.error = wire.error_body(msg + ": the engine is currently overloaded", "server_error", "overloaded")
+        else:
+            reply.error = wire.error_body(msg, "server_error", "internal_error")
+        return reply
+    if plan.has_tools:
+        reply.calls = plan.calls
+        reply.mark_nonce = True
+        if plan.quirk == "finish_stop":
+            reply.finish = "stop"
+        return reply
+    reply.content = (
+        f"This is the kstress mock LLM answering input {plan.nonce}. It streams its reply in pieces "
+        f"so that a kernel's delta handling is exercised.\n{text_verdict(plan.nonce)}"
+    )
+    return reply
+
+
+def _events(renderer: wire.Renderer, reply: _Reply, plan: Plan | None, messages: list, settings: MockSettings) -> list[bytes]:
+    completion_chars = len(reply.content or "") + sum(len(c.arguments) for c in reply.calls)
+    usage = _usage(messages, completion_chars) if renderer.include_usage else None
+    if plan is not None and plan.kind == "err" and reply.verdict is None:
+        # midstream / disconnect / malformed: start a real tool call, then fail
+        events = [renderer.role()]
+        call = plan.calls[0] if plan.calls else None
+        if plan.err in ("midstream", "disconnect") and call is not None:
+            frags = wire.fragments([call])
+            events.extend(renderer.chunk({"tool_calls": [f]}) for f in frags[:2])
+            if plan.err == "midstream":
+                events.append(wire.error_event(f"kstress mock: injected mid-stream error (marker {plan.marker})", "server_error", "internal_error"))
+            else:
+                events.append(wire.CUT)
+            return events
+        # malformed: a chunk that is not JSON, then a normal end
+        events.append(renderer.chunk({"content": "partial "}))
+        events.append(b'data: {"id":"chatcmpl-kstress","choices":[{"index":0,"delta":{"content":"broken\n\n')
+        events.append(renderer.chunk({}, "stop"))
+        events.append(wire.DONE)
+        return events
+    if reply.calls:
+        quirk = plan.quirk if plan is not None else None
+        return renderer.tool_events(reply.calls, usage, quirk)
+    return renderer.text_events(reply.content or "", settings.text_chunks, usage)
+
+
+# --- small endpoints -----------------------------------------------------------
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "service": "kstress-mock"})
+
+
+async def models(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS_KEY]
+    return web.json_response(
+        {"object": "list", "data": [{"id": settings.model, "object": "model", "created": 0, "owned_by": "kstress"}]}
+    )
+
+
+async def mock_requests(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    raw = request.query.get("n", "50")
+    if not raw.isdigit() or not 1 <= int(raw) <= RECENT_CAPACITY:
+        return _json_error(400, f"n={raw!r} is invalid: use 1 to {RECENT_CAPACITY}", param="n")
+    recent = list(state.recent)[-int(raw):]
+    return web.json_response({"requests": recent})
+
+
+async def mock_stats(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE_KEY].snapshot())
+
+
+async def mock_reset(request: web.Request) -> web.Response:
+    request.app[STATE_KEY].reset()
+    script = request.app[SETTINGS_KEY].script
+    if script is not None:
+        script.reset()
+    return web.json_response({"reset": True})
+
+
+async def not_found(request: web.Request) -> web.Response:
+    return _json_error(404, f"no route {request.method} {request.path}; the mock serves /v1/chat/completions")
+
+
+def create_app(settings: MockSettings | None = None) -> web.Application:
+    settings = settings or MockSettings()
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[SETTINGS_KEY] = settings
+    app[STATE_KEY] = MockState()
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    for path in ("/", "/v1", "/v1/", "/health"):
+        app.router.add_get(path, health)  # add_get also answers HEAD
+    app.router.add_get("/_mock/requests", mock_requests)
+    app.router.add_get("/_mock/stats", mock_stats)
+    app.router.add_post("/_mock/reset", mock_reset)
+
+    async def open_log(app: web.Application) -> Any:
+        if settings.log_path is not None:
+            try:
+                app[STATE_KEY].log = open(settings.log_path, "a", buffering=1 << 16)
+            except OSError as exc:
+                raise ConfigError(f"--log {settings.log_path}: cannot open it for appending ({exc.strerror})") from None
+        yield
+        if app[STATE_KEY].log is not None:
+            app[STATE_KEY].log.close()
+            app[STATE_KEY].log = None
+
+    app.cleanup_ctx.append(open_log)
+    return app
+
+
+class MockServer:
+    """Runs the app on host:port (0 = pick one). ``async with MockServer(s) as m: m.url``."""
+
+    def __init__(self, settings: MockSettings | None = None) -> None:
+        self.settings = settings or MockSettings()
+        self.app = create_app(self.settings)
+        self._runner: web.AppRunner | None = None
+        self.host = self.settings.host
+        self.port = self.settings.port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def state(self) -> MockState:
+        return self.app[STATE_KEY]
+
+    async def start(self) -> "MockServer":
+        # handler_cancellation: a hung request must be released the moment its
+        # client goes away, leaving no task behind.
+        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port, backlog=4096, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.aclose()
+            raise ConfigError(
+                f"cannot listen on {self.settings.host}:{self.settings.port} ({exc.strerror}); "
+                "pick another --port or 0 for a free one"
+            ) from None
+        self.host, self.port = self._runner.addresses[0][:2]
+        return self
+
+    async def aclose(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> "MockServer":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,298 @@
+"""OpenAI chat-completions wire format: SSE chunks, the non-stream object, quirks.
+
+A reply is rendered into a list of *events*, each the exact bytes of one SSE
+event (``data: <json>\\n\\n``), plus at most one :data:`CUT` sentinel that tells
+the server to drop the connection there. Rendering is separate from sending so
+that an unpaced reply goes out in a single write (one awaited write per chunk
+caps aiohttp near 2,000 streams/s) and a paced one chunk by chunk.
+
+docs/wire.md describes the format and every quirk for users.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from .markers import Call
+
+CUT = b""  # sentinel event: cut the TCP connection here
+DONE = b"data: [DONE]\n\n"
+FINGERPRINT = "fp_kstress"
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def new_id() -> str:
+    return "chatcmpl-" + os.urandom(12).hex()
+
+
+def split_arguments(args: str) -> list[str]:
+    """Cut a JSON argument string in several pieces, one of them inside the
+    first key (mid-token) and one right after the first backslash (mid-escape),
+    the way real providers stream them. Never one piece when len >= 2."""
+    n = len(args)
+    if n < 2:
+        return [args]
+    cuts = {min(3, n - 1), n // 2, (3 * n) // 4}
+    backslash = args.find("\\")
+    if 0 <= backslash < n - 1:
+        cuts.add(backslash + 1)
+    points = sorted(p for p in cuts if 0 < p < n)
+    pieces, last = [], 0
+    for p in points:
+        pieces.append(args[last:p])
+        last = p
+    pieces.append(args[last:])
+    return pieces
+
+
+def split_text(text: str, pieces: int) -> list[str]:
+    if pieces <= 1 or len(text) <= 1:
+        return [text]
+    pieces = min(pieces, len(text))
+    size, extra = divmod(len(text), pieces)
+    out, pos = [], 0
+    for k in range(pieces):
+        step = size + (1 if k < extra else 0)
+        out.append(text[pos : pos + step])
+        pos += step
+    return out
+
+
+@dataclass
+class Renderer:
+    """Builds the chunks of one response; id/created/model are fixed per response."""
+
+    model: str
+    include_usage: bool = False
+    id: str = ""
+    created: int = 0
+    per_chunk_id: bool = False
+    event_line: str | None = None
+
+    def __post_init__(self) -> None:
+        self.id = self.id or new_id()
+        self.created = self.created or int(time.time())
+        self._prefix_tail = (
+            f',"object":"chat.completion.chunk","created":{self.created},"model":{_dumps(self.model)},'
+            f'"system_fingerprint":"{FINGERPRINT}","choices":[{{"index":0,"delta":'
+        )
+        self._usage_tail = ',"usage":null' if self.include_usage else ""
+
+    def _event(self, body: str) -> bytes:
+        if self.event_line:
+            return f"event: {self.event_line}\ndata: {body}\n\n".encode()
+        return f"data: {body}\n\n".encode()
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None, extra: str = "") -> bytes:
+        cid = new_id() if self.per_chunk_id else self.id
+        finish = "null" if finish_reason is None else _dumps(finish_reason)
+        body = (
+            f'{{"id":"{cid}"{self._prefix_tail}{_dumps(delta)},"logprobs":null,'
+            f'"finish_reason":{finish}}}]{self._usage_tail}{extra}}}'
+        )
+        return self._event(body)
+
+    def raw(self, obj: dict[str, Any]) -> bytes:
+        return self._event(_dumps(obj))
+
+    def usage_chunk(self, usage: dict[str, int]) -> bytes:
+        return self._event(
+            f'{{"id":"{self.id}","object":"chat.completion.chunk","created":{self.created},'
+            f'"model":{_dumps(self.model)},"system_fingerprint":"{FINGERPRINT}","choices":[],'
+            f'"usage":{_dumps(usage)}}}'
+        )
+
+    def role(self) -> bytes:
+        return self.chunk({"role": "assistant", "content": None})
+
+    # --- whole replies ---------------------------------------------------
+
+    def text_events(self, text: str, pieces: int, usage: dict[str, int] | None, done: bool = True) -> list[bytes]:
+        events = [self.role()]
+        events.extend(self.chunk({"content": p}) for p in split_text(text, pieces))
+        events.append(self.chunk({}, "stop"))
+        if usage is not None and self.include_usage:
+            events.append(self.usage_chunk(usage))
+        if done:
+            events.append(DONE)
+        return events
+
+    def tool_events(self, calls: Sequence[Call], usage: dict[str, int] | None, quirk: str | None = None) -> list[bytes]:
+        events = [self.role()]
+        finish = "tool_calls"
+        done = True
+        if quirk is None:
+            events.extend(self.chunk({"tool_calls": [f]}) for f in fragments(calls))
+        else:
+            finish, done = self._quirk(events, calls, quirk)
+            if finish is None:  # the quirk ended the stream itself
+                return events
+        events.append(self.chunk({}, finish))
+        if usage is not None and self.include_usage:
+            events.append(self.usage_chunk(usage))
+        if done:
+            events.append(DONE)
+        return events
+
+    def _quirk(self, events: list[bytes], calls: Sequence[Call], quirk: str) -> tuple[str | None, bool]:
+        add = events.append
+        frag = lambda f: add(self.chunk({"tool_calls": [f]}))  # noqa: E731
+        if quirk == "noindex":
+            for f in fragments(calls):
+                f.pop("index")
+                frag(f)
+        elif quirk == "noindex_whole":
+            for c in calls:
+                frag({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+        elif quirk == "index1_first":
+            for f in fragments(calls):
+                f["index"] += 1
+                frag(f)
+        elif quirk == "index0_all":
+            for f in fragments(calls):
+                f["index"] = 0
+                frag(f)
+        elif quirk == "onechunk":
+            add(self.chunk({"tool_calls": [_whole(c) for c in calls]}))
+        elif quirk == "cont_first":
+            for c in calls:
+                pieces = split_arguments(c.arguments)
+                frag({"index": c.index, "function": {"arguments": pieces[0]}})
+                frag(_header(c))
+                for p in pieces[1:]:
+                    frag({"index": c.index, "function": {"arguments": p}})
+        elif quirk == "repeat_name":
+            for f in fragments(calls):
+                f["function"]["name"] = calls[f["index"]].name
+                frag(f)
+        elif quirk == "empty_id_name":
+            for f in fragments(calls):
+                if "id" not in f:
+                    f["id"] = ""
+                    f["function"]["name"] = ""
+                frag(f)
+        elif quirk == "nullargs":
+            for f in fragments(calls):
+                if "id" in f:
+                    f["function"]["arguments"] = None
+                frag(f)
+        elif quirk == "placeholder_args":
+            for f in fragments(calls):
+                if "id" in f:
+                    f["function"]["arguments"] = "{}"
+                frag(f)
+        elif quirk == "args_object":
+            for c in calls:
+                whole = _whole(c)
+                whole["function"]["arguments"] = json.loads(c.arguments)
+                frag(whole)
+        elif quirk == "finish_stop":
+            for f in fragments(calls):
+                frag(f)
+            return "stop", True
+        elif quirk in ("midstream_error",):
+            for f in fragments(calls):
+                frag(f)
+            add(
+                self.chunk(
+                    {},
+                    "error",
+                    extra=',"error":{"message":"upstream provider error (kstress quirk midstream_error)","code":502}',
+                )
+            )
+            return None, False
+        elif quirk == "azure_prefilter":
+            events.insert(
+                0,
+                self.raw(
+                    {
+                        "choices": [],
+                        "created": 0,
+                        "id": "",
+                        "model": "",
+                        "object": "",
+                        "prompt_filter_results": [
+                            {
+                                "prompt_index": 0,
+                                "content_filter_results": {
+                                    k: {"filtered": False, "severity": "safe"}
+                                    for k in ("hate", "self_harm", "sexual", "violence")
+                                },
+                            }
+                        ],
+                    }
+                ),
+            )
+            for f in fragments(calls):
+                frag(f)
+        elif quirk in ("per_chunk_id", "event_line", "nodone"):
+            # per_chunk_id / event_line are properties of the Renderer itself
+            for f in fragments(calls):
+                frag(f)
+            return "tool_calls", quirk != "nodone"
+        else:  # pragma: no cover - markers.QUIRKS and this list are kept in step by a test
+            raise ValueError(f"quirk {quirk!r} has no renderer")
+        return "tool_calls", True
+
+
+def _header(c: Call) -> dict[str, Any]:
+    return {"index": c.index, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
+
+
+def _whole(c: Call) -> dict[str, Any]:
+    return {"index": c.index, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+
+
+def fragments(calls: Iterable[Call]) -> list[dict[str, Any]]:
+    """The correct fragment sequence: per call one named header fragment with
+    empty arguments, then several continuation fragments carrying only index
+    and a piece of the arguments."""
+    out: list[dict[str, Any]] = []
+    for c in calls:
+        out.append(_header(c))
+        out.extend({"index": c.index, "function": {"arguments": p}} for p in split_arguments(c.arguments))
+    return out
+
+
+def completion(
+    model: str,
+    content: str | None,
+    calls: Sequence[Call] = (),
+    usage: dict[str, int] | None = None,
+    finish_reason: str | None = None,
+) -> dict[str, Any]:
+    """The non-stream ``chat.completion`` object equivalent to a stream."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+        ]
+    return {
+        "id": new_id(),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": finish_reason or ("tool_calls" if calls else "stop"),
+            }
+        ],
+        "usage": usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+def error_body(message: str, type_: str = "invalid_request_error", code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_event(message: str, type_: str = "server_error", code: str | None = None) -> bytes:
+    return f"data: {_dumps(error_body(message, type_, code))}\n\n".encode()

@@ -1,0 +1,1 @@
+"""refkernel: the reference agent kernel, kstress's default system under test."""

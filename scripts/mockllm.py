@@ -1,0 +1,11 @@
+#!/usr/bin/env python3
+"""Run the kstress mock LLM: `scripts/mockllm.py --port 8000` (see `--help`)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from harness.cli import cli  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(cli.main(["mock", *sys.argv[1:]], prog_name="mockllm.py"))
