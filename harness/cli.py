@@ -36,7 +36,8 @@ def cli() -> None:
 @click.option("--script", type=click.Path(dir_okay=False, path_type=Path), help="Fixed reply list (JSON or JSONL), cycled.")
 @click.option("--log", type=click.Path(dir_okay=False, path_type=Path), help="Append one JSON line per request.")
 @click.option("--model", default="kstress-mock", show_default=True, help="Model name when a request has none.")
-def mock_cmd(host, port, ttft_ms, chunk_delay_ms, text_chunks, tool_ms, mixed_ms, tools, script, log, model) -> None:
+@click.option("--unix", type=click.Path(dir_okay=False, path_type=Path), help="Also serve on this unix socket.")
+def mock_cmd(host, port, ttft_ms, chunk_delay_ms, text_chunks, tool_ms, mixed_ms, tools, script, log, model, unix) -> None:
     """Run the deterministic mock LLM (OpenAI chat completions) until SIGINT/SIGTERM."""
     from mock import DEFAULT_CATALOG, ConfigError, MockSettings, load_catalog, load_script
 
@@ -55,6 +56,7 @@ def mock_cmd(host, port, ttft_ms, chunk_delay_ms, text_chunks, tool_ms, mixed_ms
             script=load_script(script) if script else None,
             log_path=log,
             model=model,
+            unix_path=unix,
         )
         asyncio.run(serve_mock(settings))
     except ConfigError as exc:

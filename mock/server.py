@@ -46,6 +46,9 @@ class MockSettings:
     script: Script | None = None
     log_path: Path | None = None
     model: str = "kstress-mock"
+    # Also serve on this unix socket: inside a private network namespace the
+    # TCP port is unreachable from the host, a socket file is not.
+    unix_path: Path | None = None
 
     def __post_init__(self) -> None:
         def rule(ok: bool, name: str, value: Any, want: str) -> None:
@@ -460,6 +463,12 @@ class MockServer:
                 "pick another --port or 0 for a free one"
             ) from None
         self.host, self.port = self._runner.addresses[0][:2]
+        if self.settings.unix_path is not None:
+            try:
+                await web.UnixSite(self._runner, str(self.settings.unix_path)).start()
+            except OSError as exc:
+                await self.aclose()
+                raise ConfigError(f"cannot listen on unix socket {self.settings.unix_path} ({exc.strerror})") from None
         return self
 
     async def aclose(self) -> None:
