@@ -107,6 +107,10 @@ class Renderer:
             f'"usage":{_dumps(usage)}}}'
         )
 
+    def done(self) -> bytes:
+        # a provider that names its events names the terminator too
+        return self._event("[DONE]") if self.event_line else DONE
+
     def role(self) -> bytes:
         return self.chunk({"role": "assistant", "content": None})
 
@@ -119,7 +123,7 @@ class Renderer:
         if usage is not None and self.include_usage:
             events.append(self.usage_chunk(usage))
         if done:
-            events.append(DONE)
+            events.append(self.done())
         return events
 
     def tool_events(self, calls: Sequence[Call], usage: dict[str, int] | None, quirk: str | None = None) -> list[bytes]:
@@ -136,7 +140,7 @@ class Renderer:
         if usage is not None and self.include_usage:
             events.append(self.usage_chunk(usage))
         if done:
-            events.append(DONE)
+            events.append(self.done())
         return events
 
     def _quirk(self, events: list[bytes], calls: Sequence[Call], quirk: str) -> tuple[str | None, bool]:

@@ -23,6 +23,7 @@ import openai
 import pytest
 
 from mock import MockServer, MockSettings
+from mock.markers import Plan
 
 START_TIMEOUT_S = 10.0
 
@@ -168,6 +169,22 @@ class MockThread:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}; last stats: {stats}")
             time.sleep(0.02)
+
+
+def assert_calls_match(tool_calls: Any, plan: Plan) -> None:
+    """The SDK's tool calls are exactly the plan's: same count, order, ids,
+    names, and arguments byte for byte (and they parse as JSON)."""
+    assert tool_calls is not None, "the SDK yielded no tool calls"
+    got = [(c.id, c.type, c.function.name, c.function.arguments) for c in tool_calls]
+    want = [(c.id, "function", c.name, c.arguments) for c in plan.calls]
+    assert got == want
+    for c, p in zip(tool_calls, plan.calls):
+        assert json.loads(c.function.arguments) == json.loads(p.arguments)
+
+
+@pytest.fixture(scope="session")
+def calls_match() -> Callable[[Any, Plan], None]:
+    return assert_calls_match
 
 
 @pytest.fixture(scope="module")

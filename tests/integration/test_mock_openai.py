@@ -19,7 +19,7 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from mock import markers
-from mock.markers import Plan, build_plan, compose
+from mock.markers import build_plan, compose
 
 BATCH_CASES = [
     (name, n)
@@ -34,19 +34,8 @@ def _text(name: str, n: int, tag: str) -> str:
     return compose(f"!{name}{n}", f"{tag}-{name}{n}")
 
 
-def assert_calls_match(tool_calls, plan: Plan) -> None:
-    """The SDK's tool calls are exactly the plan's: same count, order, ids,
-    names, and arguments byte for byte (and they parse as JSON)."""
-    assert tool_calls is not None, "the SDK yielded no tool calls"
-    got = [(c.id, c.type, c.function.name, c.function.arguments) for c in tool_calls]
-    want = [(c.id, "function", c.name, c.arguments) for c in plan.calls]
-    assert got == want
-    for c, p in zip(tool_calls, plan.calls):
-        assert json.loads(c.function.arguments) == json.loads(p.arguments)
-
-
 @pytest.mark.parametrize(("name", "n"), BATCH_CASES, ids=CASE_IDS)
-def test_stream_helper_yields_the_planned_calls(client: openai.OpenAI, name: str, n: int) -> None:
+def test_stream_helper_yields_the_planned_calls(client: openai.OpenAI, calls_match, name: str, n: int) -> None:
     text = _text(name, n, "helper")
     plan = build_plan(text)
     assert len(plan.calls) == (n + 1 if name == "serialbatch" else n)
@@ -54,11 +43,11 @@ def test_stream_helper_yields_the_planned_calls(client: openai.OpenAI, name: str
         final = stream.get_final_completion()
     choice = final.choices[0]
     assert choice.finish_reason == "tool_calls"
-    assert_calls_match(choice.message.tool_calls, plan)
+    calls_match(choice.message.tool_calls, plan)
 
 
 @pytest.mark.parametrize(("name", "n"), BATCH_CASES, ids=CASE_IDS)
-def test_create_stream_with_the_sdk_accumulator(client: openai.OpenAI, name: str, n: int) -> None:
+def test_create_stream_with_the_sdk_accumulator(client: openai.OpenAI, calls_match, name: str, n: int) -> None:
     text = _text(name, n, "create")
     plan = build_plan(text)
     state = ChatCompletionStreamState()
@@ -74,7 +63,7 @@ def test_create_stream_with_the_sdk_accumulator(client: openai.OpenAI, name: str
         state.handle_chunk(chunk)
     final = state.get_final_completion()
     assert final.choices[0].finish_reason == "tool_calls"
-    assert_calls_match(final.choices[0].message.tool_calls, plan)
+    calls_match(final.choices[0].message.tool_calls, plan)
 
     # include_usage: the last chunk carries usage and no choices; no other does.
     assert chunks[-1].choices == []
@@ -84,7 +73,7 @@ def test_create_stream_with_the_sdk_accumulator(client: openai.OpenAI, name: str
 
 
 @pytest.mark.parametrize(("name", "n"), BATCH_CASES, ids=CASE_IDS)
-def test_non_stream_yields_the_planned_calls(client: openai.OpenAI, name: str, n: int) -> None:
+def test_non_stream_yields_the_planned_calls(client: openai.OpenAI, calls_match, name: str, n: int) -> None:
     text = _text(name, n, "nonstream")
     plan = build_plan(text)
     completion = client.chat.completions.create(model="kst-test", messages=[{"role": "user", "content": text}])
@@ -92,7 +81,7 @@ def test_non_stream_yields_the_planned_calls(client: openai.OpenAI, name: str, n
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
-    assert_calls_match(choice.message.tool_calls, plan)
+    calls_match(choice.message.tool_calls, plan)
     assert completion.usage is not None and completion.usage.total_tokens > 0
 
 
