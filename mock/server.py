@@ -234,6 +234,8 @@ async def _chat(request: web.Request, settings: MockSettings, state: MockState, 
         event_line="message" if plan is not None and plan.quirk == "event_line" else None,
     )
     events = _events(renderer, reply, plan, messages, settings)
+    if plan is not None and plan.kind == "err" and reply.verdict is None:
+        state.counters["errors_injected"] += 1  # midstream / disconnect / malformed
     resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
     try:
         await resp.prepare(request)
