@@ -415,6 +415,9 @@ def create_app(settings: MockSettings | None = None) -> web.Application:
     app.router.add_get("/_mock/requests", mock_requests)
     app.router.add_get("/_mock/stats", mock_stats)
     app.router.add_post("/_mock/reset", mock_reset)
+    # last, so it only sees what no route above matched: an OpenAI-style 404
+    # instead of aiohttp's plain-text one
+    app.router.add_route("*", "/{tail:.*}", not_found)
 
     async def open_log(app: web.Application) -> Any:
         if settings.log_path is not None:

@@ -183,6 +183,11 @@ def assert_calls_match(tool_calls: Any, plan: Plan) -> None:
 
 
 @pytest.fixture(scope="session")
+def parse_sse() -> Callable[[bytes], list[tuple[str | None, str]]]:
+    return sse_events
+
+
+@pytest.fixture(scope="session")
 def calls_match() -> Callable[[Any, Plan], None]:
     return assert_calls_match
 
