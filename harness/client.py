@@ -1,0 +1,320 @@
+"""KernelClient: one connection to a kernel's unix socket.
+
+Connect with a retry on EAGAIN (a full listen backlog makes a non-blocking
+unix connect fail with EAGAIN; asyncio's open_unix_connection would hand back
+an unconnected socket), consume the auth ack before anything else, send inputs
+with a unique nonce, and collect each turn's frames until its terminal frame,
+an error frame for it, a deadline, or the connection's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mock.markers import compose
+
+from .protocol import FrameKind, HandshakeError, Protocol, ProtocolError
+
+# Errors that mean "the machine ran out of something", counted as capacity
+# errors rather than as failures of the kernel.
+CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+READ_LIMIT = 1 << 21  # above the protocol's 1 MiB frame limit
+
+
+class ConnError(Exception):
+    """A connection could not be made or was lost. ``kind`` is one of:
+    refused, no_socket, backlog_full, capacity, timeout, auth, closed, protocol, reset."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class Turn:
+    """Everything one input produced. Times are time.monotonic() seconds."""
+
+    input_id: str
+    text: str
+    nonce: str
+    interrupt: bool = False
+    t_sent: float = 0.0
+    t_scheduled: float | None = None
+    t_first: float | None = None
+    t_done: float | None = None
+    frames: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    deltas: list[str] = field(default_factory=list)
+    response_text: str | None = None
+    duplicate: bool = False
+    error_code: str | None = None
+    error_message: str | None = None
+    outcome: str = "pending"  # response | error | timeout | conn_error | closed
+    conn_error: str | None = None
+
+    @property
+    def reply(self) -> str:
+        """The answer's text: the terminal frame's text, else the streamed deltas."""
+        if self.response_text:
+            return self.response_text
+        return "".join(self.deltas)
+
+    @property
+    def tool_frames(self) -> list[dict[str, Any]]:
+        return [f for _, f in self.frames if f.get("type") == "tool"]
+
+    @property
+    def latency_s(self) -> float | None:
+        return None if self.t_done is None else self.t_done - self.t_sent
+
+    @property
+    def first_frame_s(self) -> float | None:
+        return None if self.t_first is None else self.t_first - self.t_sent
+
+
+_seq = itertools.count()
+
+
+def new_nonce(prefix: str = "k") -> str:
+    """Unique per process and run: a kernel's replay guard drops identical input
+    text, so every input carries one."""
+    return f"{prefix}{os.getpid():x}x{next(_seq):x}{os.urandom(2).hex()}"
+
+
+async def open_unix(path: str, deadline: float, retry_refused: bool = False) -> socket.socket:
+    """A connected non-blocking unix socket, retrying EAGAIN (backlog full)
+    with backoff until the deadline (time.monotonic())."""
+    delay = 0.001
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(path)
+            return sock
+        except BlockingIOError:
+            sock.close()
+            kind, msg = "backlog_full", f"{path}: listen backlog full (EAGAIN) until the deadline"
+        except FileNotFoundError:
+            sock.close()
+            if not retry_refused:
+                raise ConnError("no_socket", f"{path}: no such socket (is the kernel running?)") from None
+            kind, msg = "no_socket", f"{path}: socket did not appear before the deadline"
+        except ConnectionRefusedError:
+            sock.close()
+            if not retry_refused:
+                raise ConnError("refused", f"{path}: connection refused (nobody listening)") from None
+            kind, msg = "refused", f"{path}: still refused at the deadline"
+        except OSError as exc:
+            sock.close()
+            if exc.errno in CAPACITY_ERRNOS:
+                raise ConnError("capacity", f"{path}: {errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror}") from None
+            raise ConnError("refused", f"{path}: {exc}") from None
+        now = time.monotonic()
+        if now >= deadline:
+            raise ConnError(kind, msg)
+        await asyncio.sleep(min(delay, deadline - now))  # backoff between connect attempts
+        delay = min(delay * 2, 0.05)
+
+
+class KernelClient:
+    """``async with KernelClient(path, token) as c: turn = await c.turn("!batch4")``"""
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike,
+        token: str | None = None,
+        protocol: Protocol | None = None,
+        connect_timeout_s: float = 10.0,
+        nonce_prefix: str = "k",
+        retry_refused: bool = False,
+    ) -> None:
+        self.path = os.fspath(socket_path)
+        self.token = token
+        self.protocol = protocol or Protocol()
+        self.connect_timeout_s = connect_timeout_s
+        self.nonce_prefix = nonce_prefix
+        self.retry_refused = retry_refused
+        self.notifications: list[dict[str, Any]] = []
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._stash: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+        self._stats: list[dict[str, Any]] = []
+        self._read_lock = asyncio.Lock()
+        self._eof = False
+        self._closed = False
+
+    # --- lifecycle ---------------------------------------------------------
+
+    async def connect(self) -> "KernelClient":
+        deadline = time.monotonic() + self.connect_timeout_s
+        sock = await open_unix(self.path, deadline, self.retry_refused)
+        try:
+            self._reader, self._writer = await asyncio.open_unix_connection(sock=sock, limit=READ_LIMIT)
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            remaining = max(0.001, deadline - time.monotonic())
+            await asyncio.wait_for(self.protocol.handshake(self._send, self._recv_raw, self.token), remaining)
+        except asyncio.TimeoutError:
+            await self.aclose()
+            raise ConnError("timeout", f"{self.path}: no auth answer within {self.connect_timeout_s:.1f}s") from None
+        except HandshakeError as exc:
+            await self.aclose()
+            raise ConnError("auth", f"{self.path}: {exc}") from None
+        except (ProtocolError, ConnectionError, EOFError) as exc:
+            await self.aclose()
+            raise ConnError("closed", f"{self.path}: handshake failed: {exc}") from None
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            try:
+                await asyncio.shield(writer.wait_closed())
+            except (ConnectionError, OSError):
+                pass  # the peer already went away; nothing left to release
+
+    async def __aenter__(self) -> "KernelClient":
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._eof and not self._closed
+
+    # --- frames --------------------------------------------------------------
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        if self._writer is None:
+            raise ConnError("closed", f"{self.path}: connection is closed")
+        self._writer.write(self.protocol.encode(frame))
+        await self._writer.drain()
+
+    async def _recv_raw(self) -> dict[str, Any]:
+        assert self._reader is not None
+        frame = await self.protocol.read_frame(self._reader)
+        if frame is None:
+            self._eof = True
+            raise EOFError("kernel closed the connection")
+        return frame
+
+    async def _pump(self, want: Any, deadline: float) -> None:
+        """Read frames, stashing each by input id, until ``want()`` is true, EOF,
+        or the deadline."""
+        while not want():
+            if self._eof:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise asyncio.TimeoutError
+            async with self._read_lock:
+                if want():
+                    return
+                try:
+                    frame = await asyncio.wait_for(self._recv_raw(), remaining)
+                except EOFError:
+                    return
+                now = time.monotonic()
+                kind, fid = self.protocol.classify(frame)
+                if kind is FrameKind.NOTIFY:
+                    self.notifications.append(frame)
+                elif kind is FrameKind.STATS:
+                    self._stats.append(frame)
+                else:
+                    self._stash.setdefault(fid or "", []).append((now, frame))
+
+    # --- turns -----------------------------------------------------------------
+
+    async def send(self, text: str, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False) -> Turn:
+        """Send one input. Unless ``raw``, ``text`` is a marker (or None-like
+        empty string) and a unique nonce suffix is appended."""
+        nonce = nonce or new_nonce(self.nonce_prefix)
+        full = text if raw else compose(text or None, nonce)
+        turn = Turn(input_id=nonce, text=full, nonce=nonce, interrupt=interrupt)
+        turn.t_sent = time.monotonic()
+        try:
+            await self._send(self.protocol.input_frame(nonce, full, interrupt))
+        except (ConnectionError, OSError) as exc:
+            self._eof = True
+            turn.outcome, turn.conn_error = "conn_error", f"send failed: {exc}"
+        return turn
+
+    async def collect(self, turn: Turn, timeout_s: float) -> Turn:
+        """Gather the turn's frames until its terminal/error frame or the deadline."""
+        if turn.outcome != "pending":
+            return turn
+        deadline = turn.t_sent + timeout_s
+        key = turn.input_id
+
+        def finished() -> bool:
+            for t, frame in self._stash.pop(key, []):
+                self._apply(turn, t, frame)
+            return turn.outcome != "pending"
+
+        try:
+            await self._pump(finished, deadline)
+        except asyncio.TimeoutError:
+            turn.outcome = "timeout"
+            return turn
+        except ProtocolError as exc:
+            self._eof = True
+            turn.outcome, turn.conn_error = "conn_error", f"protocol: {exc}"
+            return turn
+        except (ConnectionError, OSError) as exc:
+            self._eof = True
+            turn.outcome, turn.conn_error = "conn_error", f"connection lost: {exc}"
+            return turn
+        if turn.outcome == "pending":
+            turn.outcome, turn.conn_error = "closed", "kernel closed the connection before the turn ended"
+        return turn
+
+    def _apply(self, turn: Turn, t: float, frame: dict[str, Any]) -> None:
+        kind, _ = self.protocol.classify(frame)
+        turn.frames.append((t, frame))
+        if turn.t_first is None:
+            turn.t_first = t
+        if kind is FrameKind.DELTA:
+            turn.deltas.append(self.protocol.text_of(frame))
+        elif kind is FrameKind.TERMINAL:
+            turn.response_text = self.protocol.text_of(frame)
+            turn.duplicate = bool(frame.get("duplicate"))
+            turn.outcome, turn.t_done = "response", t
+        elif kind is FrameKind.ERROR:
+            turn.error_code = str(frame.get("code", "error"))
+            turn.error_message = str(frame.get("message", ""))
+            turn.outcome, turn.t_done = "error", t
+
+    async def turn(self, text: str = "", timeout_s: float = 60.0, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False) -> Turn:
+        turn = await self.send(text, interrupt=interrupt, nonce=nonce, raw=raw)
+        return await self.collect(turn, timeout_s)
+
+    async def stats(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        frame = self.protocol.stats_frame()
+        if frame is None:
+            return {}
+        self._stats.clear()
+        await self._send(frame)
+        deadline = time.monotonic() + timeout_s
+        try:
+            await self._pump(lambda: bool(self._stats), deadline)
+        except asyncio.TimeoutError:
+            raise ConnError("timeout", f"{self.path}: no stats frame within {timeout_s:.1f}s") from None
+        if not self._stats:
+            raise ConnError("closed", f"{self.path}: connection closed while waiting for stats")
+        return self._stats.pop(0)

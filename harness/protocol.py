@@ -1,0 +1,144 @@
+"""The kernel socket protocol adapter (docs/protocol.md, design.md section 2).
+
+An adapter owns exactly: framing, the handshake, encoding an input, and
+classifying each received frame. The default speaks protocol v1
+(newline-delimited JSON). A kernel that frames differently gets its own
+subclass, selected with ``--protocol module:Class``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import importlib
+import json
+from typing import Any, Awaitable, Callable
+
+from .errors import UsageError
+
+MAX_FRAME = 1 << 20
+
+
+class FrameKind(enum.Enum):
+    DELTA = "delta"
+    TOOL = "tool"
+    TERMINAL = "terminal"
+    ERROR = "error"
+    NOTIFY = "notify"
+    STATS = "stats"
+    AUTH = "auth"
+    OTHER = "other"
+
+
+class ProtocolError(Exception):
+    """The kernel sent something the adapter cannot make sense of."""
+
+
+class HandshakeError(ProtocolError):
+    """The kernel refused the handshake (wrong token, error frame, closed)."""
+
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Recv = Callable[[], Awaitable[dict[str, Any]]]
+
+
+class Protocol:
+    """Kernel socket protocol v1."""
+
+    name = "kstress-v1"
+    max_frame = MAX_FRAME
+
+    # --- framing -------------------------------------------------------------
+
+    def encode(self, frame: dict[str, Any]) -> bytes:
+        return json.dumps(frame, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+    async def read_frame(self, reader: asyncio.StreamReader) -> dict[str, Any] | None:
+        """One frame, or None at EOF. Raises ProtocolError on a frame that is
+        not a JSON object or exceeds max_frame."""
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial.strip():
+                return None
+            line = exc.partial
+        except asyncio.LimitOverrunError:
+            raise ProtocolError(f"kernel sent a frame over {self.max_frame} bytes without a newline") from None
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            raise ProtocolError(f"kernel sent a line that is not JSON: {line[:120]!r}") from None
+        if not isinstance(frame, dict):
+            raise ProtocolError(f"kernel sent a JSON value that is not an object: {line[:120]!r}")
+        return frame
+
+    # --- handshake -----------------------------------------------------------
+
+    async def handshake(self, send: Send, recv: Recv, token: str | None) -> None:
+        """Send auth and consume the auth ack: it is a `response` frame too, and
+        must never be taken for the answer to the first input."""
+        if token is None:
+            return
+        await send({"type": "auth", "token": token})
+        frame = await recv()
+        kind, _ = self.classify(frame)
+        if kind is FrameKind.AUTH and frame.get("ok", True):
+            return
+        if kind is FrameKind.ERROR:
+            raise HandshakeError(f"kernel refused auth: {frame.get('code')}: {frame.get('message')}")
+        raise HandshakeError(f"kernel answered auth with {json.dumps(frame)[:200]}")
+
+    # --- inputs --------------------------------------------------------------
+
+    def input_frame(self, input_id: str, text: str, interrupt: bool = False) -> dict[str, Any]:
+        frame: dict[str, Any] = {"type": "input", "id": input_id, "text": text}
+        if interrupt:
+            frame["priority"] = "interrupt"
+        return frame
+
+    def stats_frame(self) -> dict[str, Any] | None:
+        return {"type": "stats"}
+
+    # --- classification ------------------------------------------------------
+
+    def classify(self, frame: dict[str, Any]) -> tuple[FrameKind, str | None]:
+        """(kind, input id or None)."""
+        t = frame.get("type")
+        fid = frame.get("id")
+        fid = str(fid) if fid is not None else None
+        if t == "response":
+            if frame.get("kind") == "auth":
+                return FrameKind.AUTH, None
+            return FrameKind.TERMINAL, fid
+        if t == "delta":
+            return FrameKind.DELTA, fid
+        if t == "tool":
+            return FrameKind.TOOL, fid
+        if t == "error":
+            return FrameKind.ERROR, fid
+        if t == "notify":
+            return FrameKind.NOTIFY, None
+        if t == "stats":
+            return FrameKind.STATS, None
+        return FrameKind.OTHER, fid
+
+    def text_of(self, frame: dict[str, Any]) -> str:
+        text = frame.get("text")
+        return text if isinstance(text, str) else ""
+
+
+def load_protocol(spec: str | None) -> Protocol:
+    """``module:Class`` -> an instance; None -> the default."""
+    if not spec:
+        return Protocol()
+    module_name, _, cls_name = spec.partition(":")
+    if not module_name or not cls_name:
+        raise UsageError(f"--protocol {spec!r}: expected module:Class, e.g. mykernel.kstress:Protocol")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--protocol {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+    cls = getattr(module, cls_name, None)
+    if cls is None or not (isinstance(cls, type) and issubclass(cls, Protocol)):
+        raise UsageError(f"--protocol {spec!r}: {cls_name!r} is not a subclass of harness.protocol.Protocol")
+    return cls()

@@ -1,0 +1,209 @@
+"""TargetSpec: how to start a system under test (docs/targets.md).
+
+From flags (``--bin PATH`` + ``--arg ...``) or a TOML file (``--target FILE``).
+The argv is a template; placeholders are filled at launch:
+
+    {bin} {socket} {llm_url} {data_dir} {token} {run_dir} {config}
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import sys
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .errors import UsageError
+
+PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "data_dir", "token", "run_dir", "config"})
+_PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
+DEFAULT_ARGV = ("{bin}", "--socket", "{socket}", "--llm-url", "{llm_url}", "--data-dir", "{data_dir}", "--token", "{token}")
+
+
+def _check_template(where: str, text: str) -> None:
+    for name in _PLACEHOLDER_RE.findall(text):
+        if name not in PLACEHOLDERS:
+            raise UsageError(
+                f"{where}: unknown placeholder {{{name}}}; known: "
+                + ", ".join("{" + p + "}" for p in sorted(PLACEHOLDERS))
+                + " (write {{ and }} for literal braces)"
+            )
+
+
+def render(template: str, values: Mapping[str, str]) -> str:
+    out = _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)] if m.group(1) in values else m.group(0), template)
+    return out.replace("{{", "{").replace("}}", "}")
+
+
+def default_refkernel_bin() -> str:
+    """The reference kernel's console script next to this interpreter, else
+    `python -m refkernel` via {bin}=sys.executable is not possible, so we
+    require the script (installed by `pip install -e .`)."""
+    candidate = Path(sys.executable).with_name("refkernel")
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("refkernel")
+    if found:
+        return found
+    raise UsageError("refkernel is not installed next to this Python; run `make venv` (pip install -e .)")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    bin: str
+    argv: tuple[str, ...] = DEFAULT_ARGV
+    name: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+    ready: str = "auth"  # auth: socket accepts and auth succeeds; socket: it accepts
+    start_timeout_s: float = 20.0
+    stop_signal: int = signal.SIGTERM
+    stop_grace_s: float = 5.0
+    config_file: str | None = None  # name inside the data dir
+    config_template: str | None = None
+    protocol: str | None = None  # module:Class
+    tools: str | None = None  # tool catalog file for the mock
+    source: str = "flags"
+
+    def __post_init__(self) -> None:
+        where = f"target {self.source}"
+        if not self.bin:
+            raise UsageError(f"{where}: no binary given; pass --bin PATH or set bin in the target file")
+        if not self.argv:
+            raise UsageError(f"{where}: argv is empty; it must start with {{bin}} or a program")
+        for a in self.argv:
+            _check_template(f"{where} argv", a)
+        if self.config_template is not None:
+            if not self.config_file:
+                raise UsageError(f"{where}: config.template needs config.file (a name inside the data dir)")
+            _check_template(f"{where} config.template", self.config_template)
+        if self.ready not in ("auth", "socket"):
+            raise UsageError(f"{where}: ready={self.ready!r} is invalid; use 'auth' or 'socket'")
+        if not 0.1 <= self.start_timeout_s <= 600:
+            raise UsageError(f"{where}: start_timeout_s={self.start_timeout_s} is invalid; use 0.1 to 600")
+        if not 0 <= self.stop_grace_s <= 120:
+            raise UsageError(f"{where}: stop_grace_s={self.stop_grace_s} is invalid; use 0 to 120")
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        if not self.name:
+            object.__setattr__(self, "name", Path(self.bin).name)
+
+    def check_binary(self) -> Path:
+        """The resolved binary, or a UsageError saying what is wrong with it."""
+        path = Path(self.bin) if "/" in self.bin else Path(shutil.which(self.bin) or self.bin)
+        if not path.exists():
+            raise UsageError(f"target binary {self.bin!r} does not exist; pass an existing executable to --bin")
+        if path.is_dir():
+            raise UsageError(f"target binary {self.bin!r} is a directory, not an executable")
+        if not os.access(path, os.X_OK):
+            raise UsageError(f"target binary {self.bin!r} is not executable; chmod +x it or pass another --bin")
+        return path.resolve()
+
+    def render_argv(self, values: Mapping[str, str]) -> list[str]:
+        return [render(a, values) for a in self.argv] + list(self.extra_args)
+
+    def with_args(self, *args: str) -> "TargetSpec":
+        return replace(self, extra_args=self.extra_args + tuple(args))
+
+
+def spec_from_flags(bin: str | None, args: tuple[str, ...] = (), extra: tuple[str, ...] = (), protocol: str | None = None) -> TargetSpec:
+    """``--bin PATH [--arg A ...]``; without --bin, the reference kernel.
+    ``args`` replace the argv after {bin} only when given with a placeholder;
+    otherwise they are appended (as ARGS after ``--``)."""
+    if bin is None:
+        return TargetSpec(bin=default_refkernel_bin(), name="refkernel", extra_args=tuple(args) + tuple(extra), protocol=protocol)
+    return TargetSpec(bin=bin, extra_args=tuple(args) + tuple(extra), protocol=protocol)
+
+
+def spec_from_command(command: str) -> TargetSpec:
+    """A quoted command line (`cmp.py "refkernel --fault x" refkernel`): its
+    first word is the binary, the rest is appended to the default argv."""
+    words = shlex.split(command)
+    if not words:
+        raise UsageError(f"target command {command!r} is empty")
+    first = words[0]
+    if first == "refkernel":
+        first = default_refkernel_bin()
+    return TargetSpec(bin=first, extra_args=tuple(words[1:]), name=" ".join(shlex.quote(w) for w in words))
+
+
+_SIGNALS = {s.name: s for s in signal.Signals}
+
+
+def load_target(path: str | Path) -> TargetSpec:
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except OSError as exc:
+        raise UsageError(f"target file {p}: cannot read it ({exc.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"target file {p}: malformed TOML ({exc}); fix the syntax") from None
+    t = data.get("target")
+    if not isinstance(t, dict):
+        raise UsageError(f"target file {p}: it needs a [target] table (see docs/targets.md)")
+    known = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args"}
+    unknown = set(t) - known
+    if unknown:
+        raise UsageError(f"target file {p}: unknown keys {sorted(unknown)} in [target]; known: {sorted(known)}")
+    base = p.parent
+
+    def rel(value: Any, key: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise UsageError(f"target file {p}: {key} must be a string")
+        if key == "bin" and value == "refkernel":
+            return default_refkernel_bin()
+        if "/" in value and not os.path.isabs(value):
+            return str((base / value).resolve())
+        return value
+
+    kw: dict[str, Any] = {"source": str(p)}
+    kw["bin"] = rel(t.get("bin"), "bin") or ""
+    if "argv" in t:
+        argv = t["argv"]
+        if isinstance(argv, str):
+            argv = shlex.split(argv)
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise UsageError(f"target file {p}: argv must be a list of strings (or one command string)")
+        kw["argv"] = tuple(argv)
+    if "args" in t:
+        if not isinstance(t["args"], list) or not all(isinstance(a, str) for a in t["args"]):
+            raise UsageError(f"target file {p}: args must be a list of strings")
+        kw["extra_args"] = tuple(t["args"])
+    for key in ("name", "ready", "protocol"):
+        if key in t:
+            if not isinstance(t[key], str):
+                raise UsageError(f"target file {p}: {key} must be a string")
+            kw[key] = t[key]
+    if "tools" in t:
+        kw["tools"] = str((base / t["tools"]).resolve()) if isinstance(t["tools"], str) else None
+    if "env" in t:
+        env = t["env"]
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise UsageError(f"target file {p}: env must be a table of strings")
+        kw["env"] = env
+    for key in ("start_timeout_s", "stop_grace_s"):
+        if key in t:
+            if not isinstance(t[key], (int, float)):
+                raise UsageError(f"target file {p}: {key} must be a number of seconds")
+            kw[key] = float(t[key])
+    if "stop_signal" in t:
+        sig = t["stop_signal"]
+        if sig not in _SIGNALS:
+            raise UsageError(f"target file {p}: stop_signal {sig!r} is not a signal name (e.g. SIGTERM, SIGINT)")
+        kw["stop_signal"] = _SIGNALS[sig]
+    if "config" in t:
+        cfg = t["config"]
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("file"), str) or not isinstance(cfg.get("template"), str):
+            raise UsageError(f"target file {p}: [target.config] needs file (a name) and template (a string)")
+        if "/" in cfg["file"]:
+            raise UsageError(f"target file {p}: config.file {cfg['file']!r} must be a plain file name (it goes in the data dir)")
+        kw["config_file"], kw["config_template"] = cfg["file"], cfg["template"]
+    return TargetSpec(**kw)
