@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from harness.cli import cli  # noqa: E402
+from harness.cli import main_with  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(cli.main(["mock", *sys.argv[1:]], prog_name="mockllm.py"))
+    main_with(["mock", *sys.argv[1:]], "mockllm.py")

@@ -1,0 +1,400 @@
+"""Launch a target and the mock LLM together inside a sandbox.
+
+``async with Launch(settings) as run:`` creates a run directory (0700, owned by
+the invoking user -- SUDO_UID under sudo), a sandbox, the mock inside it (port
+chosen inside the namespace; also reachable from the host through a unix socket
+in the run dir), then the target inside it, and waits until the target's socket
+accepts and the auth handshake succeeds. Leaving the block stops the target
+(stop signal, grace, SIGKILL), records orphans, and tears everything down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from .client import ConnError, KernelClient
+from .errors import TargetError, UsageError
+from .protocol import load_protocol
+from .target import TargetSpec
+
+SOCKET_NAME = "kernel.sock"
+MOCK_SOCKET_NAME = "mock.sock"
+STATE_NAME = "state.json"
+UNIX_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
+
+
+def invoking_ids() -> tuple[int, int]:
+    """The user a run belongs to: the sudo caller when run through sudo."""
+    if os.geteuid() == 0 and os.environ.get("SUDO_UID", "").isdigit():
+        return int(os.environ["SUDO_UID"]), int(os.environ.get("SUDO_GID", os.environ["SUDO_UID"]))
+    return os.getuid(), os.getgid()
+
+
+def state_home() -> Path:
+    """Where the pointer to the current sandbox lives, per invoking user."""
+    uid, _ = invoking_ids()
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.geteuid() != 0 and Path(xdg).is_dir():
+        return Path(xdg) / "kstress"
+    return Path(tempfile.gettempdir()) / f"kstress-{uid}"
+
+
+def pointer_path() -> Path:
+    return state_home() / "current"
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        data = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(data[-lines:])
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    target: TargetSpec
+    mechanism: str = "auto"
+    tool_ms: int = 200
+    mixed_ms: int = 50
+    mock_args: tuple[str, ...] = ()
+    token: str | None = None
+    run_root: Path | None = None
+    mock_ready_timeout_s: float = 20.0
+    sandbox_grace_s: float = 3.0
+    label: str = "run"
+
+
+@dataclass
+class TargetExit:
+    returncode: int | None
+    signalled: bool
+    orphans: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Launch:
+    def __init__(self, settings: LaunchSettings) -> None:
+        self.settings = settings
+        self.spec = settings.target
+        self.protocol = load_protocol(self.spec.protocol)
+        self.token = settings.token or secrets.token_hex(8)
+        self.run_dir: Path | None = None
+        self.sandbox: Any = None
+        self.mock_proc: asyncio.subprocess.Process | None = None
+        self.target_proc: asyncio.subprocess.Process | None = None
+        self.llm_url = ""
+        self.exit: TargetExit | None = None
+        self.bin_path: Path | None = None
+        self.bin_sha256 = ""
+        self.argv: list[str] = []
+        self._closed = False
+        self._files: list[Any] = []
+
+    # --- paths -----------------------------------------------------------------
+
+    @property
+    def socket_path(self) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir / SOCKET_NAME
+
+    @property
+    def mock_socket(self) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir / MOCK_SOCKET_NAME
+
+    @property
+    def data_dir(self) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir / "data"
+
+    @property
+    def logs(self) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir / "logs"
+
+    @property
+    def state_path(self) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir / STATE_NAME
+
+    def client(self, **kw: Any) -> KernelClient:
+        return KernelClient(self.socket_path, self.token, self.protocol, **kw)
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def __aenter__(self) -> "Launch":
+        try:
+            await self.start()
+        except BaseException:
+            await asyncio.shield(self.aclose())
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.shield(self.aclose())
+
+    def _make_run_dir(self) -> Path:
+        root = self.settings.run_root or Path(tempfile.gettempdir())
+        root.mkdir(parents=True, exist_ok=True)
+        run_dir = Path(tempfile.mkdtemp(prefix="kst-", dir=root))  # mode 0700
+        sock = run_dir / SOCKET_NAME
+        if len(os.fsencode(sock)) > UNIX_PATH_MAX:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise UsageError(
+                f"socket path {sock} is {len(os.fsencode(sock))} bytes, over the {UNIX_PATH_MAX}-byte limit of "
+                "unix socket paths; choose a shorter run root (e.g. /tmp)"
+            )
+        for sub in ("data", "logs"):
+            (run_dir / sub).mkdir(mode=0o700)
+        uid, gid = invoking_ids()
+        if os.geteuid() == 0 and uid != 0:
+            for p in (run_dir, run_dir / "data", run_dir / "logs"):
+                os.chown(p, uid, gid)
+        return run_dir
+
+    def _as_user(self, argv: list[str]) -> list[str]:
+        """Under sudo the processes inside run as the invoking user, so that
+        the socket they create is theirs to connect to."""
+        uid, gid = invoking_ids()
+        if os.geteuid() == 0 and uid != 0 and self.sandbox.mechanism == "netns":
+            return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
+        return argv
+
+    def _log(self, name: str) -> Any:
+        f = open(self.logs / name, "wb")
+        self._files.append(f)
+        uid, gid = invoking_ids()
+        if os.geteuid() == 0 and uid != 0:
+            os.chown(self.logs / name, uid, gid)
+        return f
+
+    async def start(self) -> None:
+        from .sandbox import Sandbox
+
+        self.bin_path = self.spec.check_binary()
+        self.run_dir = self._make_run_dir()
+        self.sandbox = Sandbox(mechanism=self.settings.mechanism, grace_s=self.settings.sandbox_grace_s)
+        await self.sandbox.start()
+        await self._start_mock()
+        await self._start_target()
+        self.write_state(status="ready")
+
+    async def _start_mock(self) -> None:
+        argv = [
+            sys.executable, "-m", "harness", "mock", "--host", "127.0.0.1", "--port", "0",
+            "--unix", str(self.mock_socket), "--log", str(self.run_dir / "mock.jsonl"),
+            "--tool-ms", str(self.settings.tool_ms), "--mixed-ms", str(self.settings.mixed_ms),
+        ]
+        if self.spec.tools:
+            argv += ["--tools", self.spec.tools]
+        argv += list(self.settings.mock_args)
+        out_path = self.logs / "mock.out"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
+        self.mock_proc = await self.sandbox.spawn(
+            self._as_user(argv), env=env, cwd=str(self.run_dir), stdout=self._log("mock.out"), stderr=self._log("mock.err")
+        )
+        deadline = time.monotonic() + self.settings.mock_ready_timeout_s
+        while True:
+            text = out_path.read_text(errors="replace") if out_path.exists() else ""
+            for line in text.splitlines():
+                if line.startswith("mock listening on "):
+                    self.llm_url = line.split(" on ", 1)[1].strip() + "/v1"
+                    return
+            if self.mock_proc.returncode is not None:
+                raise TargetError(
+                    f"the mock LLM exited with code {self.mock_proc.returncode} before it was ready; "
+                    f"its stderr:\n{tail(self.logs / 'mock.err')}"
+                )
+            if time.monotonic() > deadline:
+                raise TargetError(f"the mock LLM did not print its ready line within {self.settings.mock_ready_timeout_s:.0f}s")
+            await _wait_exit(self.mock_proc, 0.02)
+
+    async def _start_target(self) -> None:
+        values = {
+            "bin": str(self.bin_path),
+            "socket": str(self.socket_path),
+            "llm_url": self.llm_url,
+            "data_dir": str(self.data_dir),
+            "token": self.token,
+            "run_dir": str(self.run_dir),
+            "config": str(self.data_dir / self.spec.config_file) if self.spec.config_file else "",
+        }
+        if self.spec.config_template is not None and self.spec.config_file:
+            from .target import render
+
+            (self.data_dir / self.spec.config_file).write_text(render(self.spec.config_template, values))
+        self.argv = self.spec.render_argv(values)
+        self.bin_sha256 = await asyncio.to_thread(sha256_of, self.bin_path)
+        env = dict(os.environ)
+        env.update(self.spec.env)
+        self.target_proc = await self.sandbox.spawn(
+            self._as_user(self.argv), env=env, cwd=str(self.data_dir), stdout=self._log("target.out"), stderr=self._log("target.err")
+        )
+        await self._wait_ready()
+
+    async def _wait_ready(self) -> None:
+        proc = self.target_proc
+        assert proc is not None
+        deadline = time.monotonic() + self.spec.start_timeout_s
+        last = "the socket never appeared"
+        while True:
+            if proc.returncode is not None:
+                raise TargetError(
+                    f"target {self.spec.name} exited at once with code {proc.returncode}; the tail of its stderr:\n"
+                    f"{tail(self.logs / 'target.err') or '(empty)'}"
+                )
+            if self.socket_path.exists():
+                try:
+                    client = KernelClient(self.socket_path, self.token if self.spec.ready == "auth" else None, self.protocol, connect_timeout_s=2.0)
+                    async with client:
+                        return
+                except ConnError as exc:
+                    last = str(exc)
+                    if exc.kind == "auth":
+                        raise TargetError(f"target {self.spec.name} refused the handshake: {exc}") from None
+            if time.monotonic() > deadline:
+                raise TargetError(
+                    f"target {self.spec.name} did not become ready within {self.spec.start_timeout_s:.0f}s: "
+                    f"expected a listening socket at {self.socket_path} ({last}); its stderr:\n"
+                    f"{tail(self.logs / 'target.err') or '(empty)'}"
+                )
+            await _wait_exit(proc, 0.02)
+
+    def write_state(self, status: str, **extra: Any) -> None:
+        if self.run_dir is None:
+            return
+        state = {
+            "status": status,
+            "run_dir": str(self.run_dir),
+            "socket": str(self.socket_path),
+            "llm_url": self.llm_url,
+            "mock_socket": str(self.mock_socket),
+            "namespace": getattr(self.sandbox, "name", None),
+            "mechanism": getattr(self.sandbox, "mechanism", None),
+            "net_inode": getattr(self.sandbox, "net_inode", None),
+            "token": self.token,
+            "supervisor_pid": os.getpid(),
+            "pids": {
+                "mock": self.mock_proc.pid if self.mock_proc else None,
+                "target": self.target_proc.pid if self.target_proc else None,
+            },
+            "argv": self.argv,
+            "target_name": self.spec.name,
+            "bin": str(self.bin_path) if self.bin_path else None,
+            "bin_sha256": self.bin_sha256,
+            "protocol": self.spec.protocol,
+            "tool_ms": self.settings.tool_ms,
+            "updated": time.time(),
+            **extra,
+        }
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        uid, gid = invoking_ids()
+        if os.geteuid() == 0 and uid != 0:
+            os.chown(tmp, uid, gid)
+        os.replace(tmp, self.state_path)
+
+    def target_alive(self) -> bool:
+        return self.target_proc is not None and self.target_proc.returncode is None
+
+    def orphans(self) -> list[dict[str, Any]]:
+        """Processes still in the namespace other than the mock (and the target
+        itself while it runs)."""
+        if self.sandbox is None:
+            return []
+        skip = {p.pid for p in (self.mock_proc, self.target_proc) if p is not None}
+        mock_tree: set[int] = set()
+        if self.mock_proc is not None:
+            try:
+                mock_tree = {c.pid for c in psutil.Process(self.mock_proc.pid).children(recursive=True)}
+            except psutil.Error:
+                pass
+        out = []
+        for pid in self.sandbox.pids():
+            if pid in skip or pid in mock_tree:
+                continue
+            try:
+                p = psutil.Process(pid)
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                out.append({"pid": pid, "cmdline": " ".join(p.cmdline())[:200]})
+            except psutil.Error:
+                continue
+        return out
+
+    async def stop_target(self) -> TargetExit:
+        """Stop signal -> grace -> SIGKILL; then list what the target left behind."""
+        if self.exit is not None:
+            return self.exit
+        proc = self.target_proc
+        signalled = False
+        if proc is not None and proc.returncode is None:
+            try:
+                proc.send_signal(self.spec.stop_signal)
+                signalled = True
+            except ProcessLookupError:
+                pass
+            if not await _wait_exit(proc, self.spec.stop_grace_s):
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
+                await _wait_exit(proc, 5.0)
+        # Children the target started may still be on their way out.
+        deadline = time.monotonic() + 1.0
+        orphans = self.orphans()
+        while orphans and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # re-check with a deadline: exiting children need a moment to be reaped
+            orphans = self.orphans()
+        self.exit = TargetExit(returncode=proc.returncode if proc else None, signalled=signalled, orphans=orphans)
+        return self.exit
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.target_proc is not None:
+                await self.stop_target()
+        finally:
+            if self.sandbox is not None:
+                await self.sandbox.aclose()
+            for f in self._files:
+                f.close()
+            for proc in (self.mock_proc, self.target_proc):
+                if proc is not None and proc.returncode is None:
+                    await _wait_exit(proc, 1.0)
+
+
+async def _wait_exit(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:
+    """True when the process exited within the timeout."""
+    if proc.returncode is not None:
+        return True
+    try:
+        await asyncio.wait_for(proc.wait(), timeout_s)
+        return True
+    except asyncio.TimeoutError:
+        return False

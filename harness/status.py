@@ -1,0 +1,52 @@
+"""`kstress status`: what runs in the sandbox, and is it healthy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+from .client import ConnError, KernelClient
+from .protocol import load_protocol
+from .supervisor import require_running
+
+
+def namespace_pids(net_inode: int | None) -> list[int]:
+    if not net_inode:
+        return []
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if Path(f"/proc/{p.pid}/ns/net").stat().st_ino == net_inode:
+                out.append(p.pid)
+        except OSError:
+            continue
+    return out
+
+
+async def show_status(state: Path | None) -> None:
+    running = require_running(state)
+    s = running.state
+    print(f"state: {running.state_path}  status: {s.get('status')}")
+    print(f"namespace: {s.get('namespace')} ({s.get('mechanism')})  supervisor pid {s.get('supervisor_pid')}")
+    print("processes:")
+    for pid in namespace_pids(s.get("net_inode")):
+        try:
+            p = psutil.Process(pid)
+            print(f"  {pid:>7} {p.status():<9} {p.memory_info().rss / 2**20:7.1f} MB  {' '.join(p.cmdline())[:100]}")
+        except psutil.Error:
+            continue
+    try:
+        conn = aiohttp.UnixConnector(path=s["mock_socket"])
+        async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=5)) as http:
+            async with http.get("http://mock/_mock/stats") as r:
+                print(f"mock: {s.get('llm_url')} healthy: {json.dumps(await r.json())}")
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        print(f"mock: UNREACHABLE ({exc})")
+    try:
+        async with KernelClient(s["socket"], s.get("token"), load_protocol(s.get("protocol")), connect_timeout_s=5) as c:
+            print(f"kernel: {s['socket']} healthy; stats: {json.dumps(await c.stats())}")
+    except ConnError as exc:
+        print(f"kernel: UNREACHABLE ({exc})")

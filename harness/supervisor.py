@@ -1,0 +1,238 @@
+"""The detached sandbox: `kstress launch` starts a supervisor process that owns
+the sandbox until `kstress stop`; later commands find it through a pointer file.
+
+Parent/supervisor contract: the supervisor prints exactly one line on its
+stdout, ``ready <state.json path>`` or ``error <exit code> <message>``, then
+detaches its stdout. It runs until SIGTERM/SIGINT, then stops the target,
+writes ``teardown.json`` (target exit code, orphans) into the run dir, tears
+the sandbox down and removes the pointer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from .errors import KstressError, TargetError, UsageError
+from .launcher import Launch, LaunchSettings, invoking_ids, pointer_path
+
+TEARDOWN_NAME = "teardown.json"
+
+
+@dataclass(frozen=True)
+class RunningSandbox:
+    state_path: Path
+    state: dict[str, Any]
+
+    @property
+    def socket(self) -> str:
+        return self.state["socket"]
+
+    @property
+    def token(self) -> str | None:
+        return self.state.get("token")
+
+    @property
+    def supervisor_alive(self) -> bool:
+        return _alive(self.state.get("supervisor_pid"))
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"state file {path}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise UsageError(f"state file {path}: not valid JSON ({exc})") from None
+
+
+def find_running(state: Path | None = None) -> RunningSandbox | None:
+    """The sandbox named by --state, else by the pointer; None when none runs."""
+    if state is None:
+        ptr = pointer_path()
+        try:
+            state = Path(ptr.read_text().strip())
+        except OSError:
+            return None
+        if not state.exists():
+            return None
+    running = RunningSandbox(state, read_state(state))
+    return running
+
+
+def require_running(state: Path | None = None) -> RunningSandbox:
+    running = find_running(state)
+    if running is None or not running.supervisor_alive:
+        raise UsageError("no running sandbox: run scripts/launch.sh first (or pass --socket PATH / --state FILE)")
+    return running
+
+
+def _write_pointer(state_path: Path) -> None:
+    ptr = pointer_path()
+    ptr.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    uid, gid = invoking_ids()
+    tmp = ptr.with_suffix(".tmp")
+    tmp.write_text(str(state_path) + "\n")
+    if os.geteuid() == 0 and uid != 0:
+        os.chown(ptr.parent, uid, gid)
+        os.chown(tmp, uid, gid)
+    os.replace(tmp, ptr)
+
+
+def _clear_pointer(state_path: Path) -> None:
+    ptr = pointer_path()
+    try:
+        if Path(ptr.read_text().strip()) == state_path:
+            ptr.unlink()
+    except OSError:
+        pass
+
+
+async def supervise(settings: LaunchSettings, out: Any) -> int:
+    """Body of the supervisor process."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with Launch(settings) as run:
+            _write_pointer(run.state_path)
+            out.write(f"ready {run.state_path}\n")
+            out.flush()
+            _detach_stdout()
+            try:
+                assert run.target_proc is not None
+                died = asyncio.ensure_future(run.target_proc.wait())
+                stopping = asyncio.ensure_future(stop.wait())
+                done, _ = await asyncio.wait({died, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if died in done and not stop.is_set():
+                    run.write_state(status="target_died", returncode=run.target_proc.returncode, died_at=time.time())
+                    await stopping
+                for f in (died, stopping):
+                    f.cancel()
+                exit_ = await run.stop_target()
+                teardown = {
+                    "returncode": exit_.returncode,
+                    "signalled": exit_.signalled,
+                    "orphans": exit_.orphans,
+                    "ended": time.time(),
+                }
+                (run.run_dir / TEARDOWN_NAME).write_text(json.dumps(teardown, indent=2))
+                run.write_state(status="stopped", **{k: v for k, v in teardown.items() if k != "ended"})
+            finally:
+                _clear_pointer(run.state_path)
+        return 0
+    except KstressError as exc:
+        out.write(f"error {exc.exit_code} {' | '.join(str(exc).splitlines())}\n")
+        out.flush()
+        return exc.exit_code
+
+
+def _detach_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
+def start_detached(argv: list[str], timeout_s: float) -> tuple[Path, dict[str, Any]]:
+    """Start the supervisor in its own session and wait for its one line."""
+    running = find_running()
+    if running is not None and running.supervisor_alive:
+        raise UsageError(
+            f"a sandbox is already running (state {running.state_path}, supervisor pid "
+            f"{running.state.get('supervisor_pid')}); stop it first with scripts/launch.sh stop"
+        )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "supervise", *argv],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = _readline_deadline(proc, timeout_s)
+    proc.stdout.close()
+    if line is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise TargetError(f"the sandbox did not become ready within {timeout_s:.0f}s (supervisor pid {proc.pid}); it was stopped")
+    if line.startswith("ready "):
+        state_path = Path(line.split(" ", 1)[1].strip())
+        return state_path, read_state(state_path)
+    proc.wait(30)
+    if line.startswith("error "):
+        _, code, message = (line.rstrip("\n").split(" ", 2) + ["", ""])[:3]
+        exc: KstressError = TargetError(message) if code == "3" else UsageError(message) if code == "2" else KstressError(message)
+        raise exc
+    raise KstressError(f"the supervisor exited without a ready line (exit {proc.returncode}): {line!r}")
+
+
+def _readline_deadline(proc: subprocess.Popen, timeout_s: float) -> str | None:
+    import selectors
+
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if sel.select(remaining):
+                line = proc.stdout.readline()
+                return line if line else f"error 4 supervisor exited with code {proc.wait()} before it was ready"
+    finally:
+        sel.close()
+
+
+def stop_running(state: Path | None, timeout_s: float = 60.0) -> dict[str, Any]:
+    """SIGTERM the supervisor, wait for it, return its teardown record."""
+    running = find_running(state)
+    if running is None:
+        raise UsageError("no running sandbox: nothing to stop (run scripts/launch.sh first)")
+    pid = running.state.get("supervisor_pid")
+    run_dir = Path(running.state["run_dir"])
+    if running.supervisor_alive:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            psutil.Process(pid).wait(timeout_s)
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.TimeoutExpired:
+            raise KstressError(f"supervisor {pid} did not stop within {timeout_s:.0f}s; its guardian will clean up when it is killed") from None
+    else:
+        _clear_pointer(running.state_path)
+    try:
+        return json.loads((run_dir / TEARDOWN_NAME).read_text())
+    except (OSError, ValueError):
+        return {"returncode": None, "orphans": [], "note": "the supervisor was gone; no teardown record"}

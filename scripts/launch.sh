@@ -1,0 +1,14 @@
+#!/bin/sh
+# Start the reference kernel (or --bin PATH / --target FILE) and the mock LLM in a
+# private network namespace, detached. `launch.sh stop`, `launch.sh status`.
+# ARGS after `--` go to the target: `launch.sh -- --fault serial-tools`.
+set -eu
+here="$(cd "$(dirname "$0")/.." && pwd)"
+py="$here/.venv/bin/python"
+[ -x "$py" ] || py="$(command -v python3)"
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+case "${1:-}" in
+    stop)   shift; exec "$py" -m harness stop "$@" ;;
+    status) shift; exec "$py" -m harness status "$@" ;;
+    *)      exec "$py" -m harness launch "$@" ;;
+esac
