@@ -1,8 +1,130 @@
+"""`refkernel`: parse flags into KernelSettings, run the kernel until SIGTERM
+or SIGINT, map exceptions to exit codes (0 clean stop, 1 failure, 2 usage)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import resource
+import signal
 import sys
+from pathlib import Path
+
+from . import __version__, procs
+from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RefkernelError
+from .kernel import Kernel
+from .settings import FAULTS, KernelSettings
+
+log = logging.getLogger("refkernel")
 
 
-def main() -> None:
-    sys.exit("refkernel: not built yet (see issue 3)")
+def build_parser() -> argparse.ArgumentParser:
+    d = KernelSettings  # defaults live on the settings class, once
+    p = argparse.ArgumentParser(
+        prog="refkernel",
+        description="The kstress reference agent kernel: serves protocol v1 on a unix socket, "
+        "calls an OpenAI-compatible LLM and runs its tool calls.",
+        epilog="faults (--fault NAME, repeatable or comma-separated):\n"
+        + "\n".join(f"  {name:<20} {what}" for name, what in FAULTS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--socket", required=True, type=Path, help="unix socket path to listen on (created 0600)")
+    p.add_argument("--llm-url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:PORT/v1")
+    p.add_argument("--data-dir", required=True, type=Path, help="working directory of cmd_run and knowledge_create")
+    p.add_argument("--token", default=os.environ.get("REFKERNEL_TOKEN"),
+                   help="auth token clients must send (default: $REFKERNEL_TOKEN; unset = any token)")
+    p.add_argument("--workers", type=int, default=d.workers, help="turns run at once (default %(default)s)")
+    p.add_argument("--queue", type=int, default=d.queue, help="inputs waiting for a worker before 'busy' (default %(default)s)")
+    p.add_argument("--dedup-window", type=float, default=d.dedup_window, metavar="S",
+                   help="drop an input whose text was accepted in the last S seconds; 0 = off (default %(default)s)")
+    p.add_argument("--llm-timeout", type=float, default=d.llm_timeout, metavar="S",
+                   help="max wait for the LLM's first byte and between stream chunks (default %(default)s)")
+    p.add_argument("--max-parallel-tools", type=int, default=d.max_parallel_tools, metavar="P",
+                   help="tool calls of one batch run at once (default %(default)s)")
+    p.add_argument("--fault", action="append", default=[], metavar="NAME", help="switch on a known bug (see below)")
+    p.add_argument("--model", default=d.model, help="model name sent to the LLM (default %(default)s)")
+    p.add_argument("--auth-timeout", type=float, default=d.auth_timeout, metavar="S",
+                   help="close a connection that has not authenticated after S seconds (default %(default)s)")
+    p.add_argument("--tool-timeout", type=float, default=d.tool_timeout, metavar="S",
+                   help="kill a cmd_run command after S seconds (default %(default)s)")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="LLM requests per turn (default %(default)s)")
+    p.add_argument("--max-write-buffer", type=int, default=d.max_write_buffer, metavar="BYTES",
+                   help="drop a client with more than this unsent (default %(default)s)")
+    p.add_argument("--conn-backlog", type=int, default=d.conn_backlog, metavar="N",
+                   help="inputs one connection may have waiting behind its current one (default %(default)s)")
+    p.add_argument("--max-residents", type=int, default=d.max_residents, metavar="N",
+                   help="resident children at once (default %(default)s)")
+    p.add_argument("--shutdown-grace", type=float, default=d.shutdown_grace, metavar="S",
+                   help="bound on the graceful shutdown (default %(default)s)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--version", action="version", version=f"refkernel {__version__}")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> KernelSettings:
+    faults = frozenset(f.strip() for item in args.fault for f in item.split(",") if f.strip())
+    return KernelSettings(
+        socket=args.socket,
+        llm_url=args.llm_url,
+        data_dir=args.data_dir,
+        token=args.token or None,
+        workers=args.workers,
+        queue=args.queue,
+        dedup_window=args.dedup_window,
+        llm_timeout=args.llm_timeout,
+        max_parallel_tools=args.max_parallel_tools,
+        faults=faults,
+        model=args.model,
+        auth_timeout=args.auth_timeout,
+        tool_timeout=args.tool_timeout,
+        max_steps=args.max_steps,
+        max_write_buffer=args.max_write_buffer,
+        conn_backlog=args.conn_backlog,
+        max_residents=args.max_residents,
+        shutdown_grace=args.shutdown_grace,
+    )
+
+
+def _raise_fd_limit() -> None:
+    # Each client is a descriptor: take the hard limit, as servers do.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+async def serve(settings: KernelSettings) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    procs.use_pidfd_watcher()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with Kernel(settings):
+            print(f"refkernel listening on {settings.socket}", flush=True)
+            await stop.wait()
+            log.info("signal received: shutting down")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="refkernel %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        settings = settings_from_args(args)
+        _raise_fd_limit()
+        asyncio.run(serve(settings))
+    except ConfigError as exc:
+        print(f"refkernel: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except RefkernelError as exc:
+        print(f"refkernel: {exc}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+    sys.exit(EXIT_OK)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,518 @@
+"""The kernel: its socket server, connections, turns, and lifecycle.
+
+``Kernel`` is an async context manager: ``start()`` binds the socket and is
+ready to serve when it returns; ``aclose()`` is the graceful shutdown (stop
+accepting, end running turns with an ``error`` frame, kill resident children
+and the media worker, remove the socket file), idempotent and bounded by
+``shutdown_grace``. No signal handlers here: that is ``__main__``'s business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import errno
+import hmac
+import json
+import logging
+import os
+import socket
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from . import procs
+from .errors import ConfigError, LLMError, SocketInUse, TurnError
+from .llm import LLMClient, ToolCall
+from .scheduler import Busy, Dedup, Job, Scheduler
+from .settings import MAX_FRAME, KernelSettings
+from .tools import SCHEMAS, Result, Toolbox
+
+log = logging.getLogger("refkernel")
+
+PROTOCOL_VERSION = 1
+LISTEN_BACKLOG = 4096
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _valid_id(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return True
+    return isinstance(v, str) and 0 < len(v) <= 256
+
+
+class Connection:
+    """One client. Frames go out through the transport's own buffer; when
+    that holds more than ``max_write_buffer`` bytes the client is not reading
+    and is dropped, so a stalled reader costs bounded memory."""
+
+    def __init__(self, kernel: "Kernel", reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        self.k = kernel
+        self.n = n
+        self.reader = reader
+        self.writer = writer
+        self.transport = writer.transport
+        self.authed = False
+        self.closed = False
+        self.current: Job | None = None  # the normal input this connection has in the scheduler
+        self.backlog: collections.deque[Job] = collections.deque()
+        self.active: set[Job] = set()
+
+    # --- output -----------------------------------------------------------------
+
+    def send(self, frame: dict[str, Any]) -> bool:
+        if self.closed or self.transport.is_closing():
+            return False
+        self.transport.write(_encode(frame).encode() + b"\n")
+        if self.transport.get_write_buffer_size() > self.k.s.max_write_buffer:
+            self.k.counters["slow_readers"] += 1
+            log.warning("connection %d is not reading (> %d bytes unsent): dropped", self.n, self.k.s.max_write_buffer)
+            self.close(abort=True)
+            return False
+        return True
+
+    def error(self, id_: Any, code: str, message: str) -> None:
+        frame: dict[str, Any] = {"type": "error", "code": code, "message": message}
+        if id_ is not None:
+            frame["id"] = id_
+        self.send(frame)
+
+    def close(self, abort: bool = False) -> None:
+        if not self.closed:
+            self.closed = True
+            for job in list(self.backlog):
+                job.state = "done"
+            self.backlog.clear()
+            for job in list(self.active):
+                if job.state == "queued":
+                    self.k.sched.remove(job)
+                    self.active.discard(job)
+                elif job.task is not None and not job.task.done():
+                    job.cancel_reason = job.cancel_reason or "disconnect"
+                    job.task.cancel()
+        if abort:
+            self.transport.abort()
+        else:
+            self.transport.close()  # sends what is buffered first
+
+    # --- input ------------------------------------------------------------------
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        try:
+            frame = json.loads(line)
+        except ValueError as exc:
+            self.k.counters["bad_frames"] += 1
+            self.error(None, "bad_json", f"the frame is not valid UTF-8 JSON ({exc}); send one JSON object per line")
+            return None
+        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+            self.k.counters["bad_frames"] += 1
+            self.error(None, "bad_frame", 'a frame must be a JSON object with a string "type" field')
+            return None
+        return frame
+
+    async def serve(self) -> None:
+        try:
+            try:
+                async with asyncio.timeout(self.k.s.auth_timeout):
+                    line = await self.reader.readuntil(b"\n")
+            except TimeoutError:
+                self.k.counters["auth_timeouts"] += 1
+                self.error(None, "auth_timeout", f"no auth frame within {self.k.s.auth_timeout:g} s (--auth-timeout); "
+                           'send {"type":"auth","token":T} first')
+                return
+            if not self._auth(line):
+                return
+            while True:
+                line = await self.reader.readuntil(b"\n")
+                frame = self._parse(line)
+                if frame is not None:
+                    self._dispatch(frame)
+        except asyncio.LimitOverrunError:
+            self.k.counters["bad_frames"] += 1
+            self.error(None, "too_large", f"a frame is longer than {MAX_FRAME} bytes (the protocol limit); connection closed")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away (a partial last line is ignored)
+        finally:
+            self.close()
+
+    def _auth(self, line: bytes) -> bool:
+        frame = self._parse(line)
+        if frame is None:
+            return False
+        if frame["type"] != "auth":
+            self.k.counters["auth_failures"] += 1
+            self.error(frame.get("id"), "auth_required", f'the first frame must be {{"type":"auth","token":T}}, got type {frame["type"]!r}; connection closed')
+            return False
+        token = frame.get("token")
+        want = self.k.s.token
+        if not isinstance(token, str) or (want is not None and not hmac.compare_digest(token.encode(), want.encode())):
+            self.k.counters["auth_failures"] += 1
+            self.error(None, "auth_failed", "wrong token; connection closed")
+            return False
+        self.authed = True
+        self.send({"type": "response", "kind": "auth", "ok": True, "protocol": PROTOCOL_VERSION})
+        return True
+
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        kind = frame["type"]
+        if kind == "input":
+            self._input(frame)
+        elif kind == "stats":
+            self.send(self.k.stats())
+        elif kind == "auth":
+            self.k.counters["bad_frames"] += 1
+            self.error(None, "bad_frame", "this connection is already authenticated")
+        else:
+            self.k.counters["bad_frames"] += 1
+            self.error(frame.get("id") if _valid_id(frame.get("id")) else None, "unknown_type",
+                       f"unknown frame type {kind[:64]!r}; a client sends auth, input or stats")
+
+    def _input(self, frame: dict[str, Any]) -> None:
+        id_, text, prio = frame.get("id"), frame.get("text"), frame.get("priority", "normal")
+        if not _valid_id(id_):
+            self.k.counters["bad_frames"] += 1
+            self.error(None, "bad_frame", f"input id {id_!r} is invalid: use an integer or a string of 1-256 characters")
+            return
+        if not isinstance(text, str) or not text:
+            self.k.counters["bad_frames"] += 1
+            self.error(id_, "bad_frame", "input text must be a non-empty string")
+            return
+        if prio not in ("normal", "interrupt"):
+            self.k.counters["bad_frames"] += 1
+            self.error(id_, "bad_frame", f"priority {prio!r} is invalid: use \"interrupt\" or leave it out")
+            return
+        if self.k.stopping:
+            self.error(id_, "shutdown", "the kernel is shutting down")
+            return
+        job = Job(conn=self, id=id_, text=text, interrupt=prio == "interrupt")
+        if job.interrupt:
+            self.k.admit(job)  # interrupts do not wait for this connection's turn either
+        elif self.current is None:
+            self._advance(job)
+        elif len(self.backlog) >= self.k.s.conn_backlog:
+            self.k.counters["rejected"] += 1
+            self.error(id_, "busy", f"this connection already has {len(self.backlog)} inputs waiting (limit {self.k.s.conn_backlog})")
+        else:
+            job.state = "waiting"
+            self.backlog.append(job)
+
+    def _advance(self, job: Job | None = None) -> None:
+        # One connection is served in order: its next input enters the
+        # scheduler only when the previous one has finished.
+        if job is not None and self.k.admit(job):
+            self.current = job
+            return
+        while self.current is None and self.backlog and not self.closed:
+            nxt = self.backlog.popleft()
+            if self.k.admit(nxt):
+                self.current = nxt
+
+    def job_done(self, job: Job) -> None:
+        self.active.discard(job)
+        if job is self.current:
+            self.current = None
+            if not self.closed and not self.k.stopping:
+                self._advance()
+
+
+class Kernel:
+    def __init__(self, settings: KernelSettings) -> None:
+        self.s = settings
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.sched = Scheduler(settings.workers, settings.queue, self._run_turn)
+        self.dedup = Dedup(settings.dedup_window)
+        self.llm = LLMClient(settings.llm_url, settings.model, settings.llm_timeout, ignore_index=settings.has("ignore-stream-index"))
+        self.residents = procs.Residents(settings.data_dir, settings.max_residents, leak=settings.has("leak-children"))
+        self.media = procs.MediaWorker()
+        self.tools = Toolbox(settings, self.residents, self.media, self.broadcast)
+        self.conns: set[Connection] = set()
+        self._handlers: set[asyncio.Task] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._socket_ino: tuple[int, int] | None = None
+        self._conn_seq = 0
+        self.stopping = False
+        self._closing: asyncio.Task | None = None
+        self.started = time.monotonic()
+
+    # --- lifecycle --------------------------------------------------------------
+
+    async def __aenter__(self) -> "Kernel":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> "Kernel":
+        try:
+            self._prepare_data_dir()
+            self._prepare_socket_path()
+            await self.llm.start()
+            self.sched.start()
+            await self._bind()
+        except BaseException:
+            await self.aclose()
+            raise
+        log.info("listening on %s (pid %d, workers %d, queue %d, faults: %s)", self.s.socket, os.getpid(),
+                 self.s.workers, self.s.queue, ",".join(sorted(self.s.faults)) or "none")
+        return self
+
+    def _prepare_data_dir(self) -> None:
+        try:
+            self.s.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"data_dir={str(self.s.data_dir)!r} cannot be created ({exc.strerror}); pass a writable directory") from None
+        if not os.access(self.s.data_dir, os.W_OK | os.X_OK):
+            raise ConfigError(f"data_dir={str(self.s.data_dir)!r} is not writable; pass a writable directory")
+
+    def _prepare_socket_path(self) -> None:
+        path = self.s.socket
+        parent = path.parent
+        if not parent.exists():
+            # Created private; an existing directory is used as it is, never widened.
+            try:
+                parent.mkdir(mode=0o700, parents=True)
+            except OSError as exc:
+                raise ConfigError(f"socket={str(path)!r}: cannot create its directory ({exc.strerror})") from None
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ConfigError(f"socket={str(path)!r} exists and is not a socket; remove it or pick another --socket path")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            log.info("replacing stale socket %s (nobody listens on it)", path)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return
+        except (BlockingIOError, socket.timeout):
+            pass  # a full listen backlog: someone is very much alive there
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN,):
+                raise ConfigError(f"socket={str(path)!r}: cannot check whether it is in use ({exc.strerror})") from None
+        finally:
+            probe.close()
+        raise SocketInUse(f"socket={str(path)!r} is in use by a live kernel; stop it first or pick another --socket path")
+
+    async def _bind(self) -> None:
+        # umask while binding: the socket file is 0600 from its first instant.
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(
+                self._handle, path=str(self.s.socket), limit=MAX_FRAME, backlog=LISTEN_BACKLOG
+            )
+        except OSError as exc:
+            raise ConfigError(f"socket={str(self.s.socket)!r}: cannot listen there ({exc.strerror})") from None
+        finally:
+            os.umask(old)
+        os.chmod(self.s.socket, 0o600)
+        st = self.s.socket.stat()
+        self._socket_ino = (st.st_dev, st.st_ino)
+
+    def _remove_socket(self) -> None:
+        # Only our own: a successor may already have bound the same path.
+        if self._socket_ino is None:
+            return
+        with contextlib.suppress(OSError):
+            st = self.s.socket.lstat()
+            if (st.st_dev, st.st_ino) == self._socket_ino:
+                self.s.socket.unlink()
+        self._socket_ino = None
+
+    async def aclose(self) -> None:
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._shutdown())
+        await asyncio.shield(self._closing)
+
+    async def _shutdown(self) -> None:
+        self.stopping = True
+        t0 = time.monotonic()
+        try:
+            async with asyncio.timeout(self.s.shutdown_grace):
+                await self._graceful()
+        except TimeoutError:
+            log.warning("shutdown took longer than %g s: killing what is left", self.s.shutdown_grace)
+        finally:
+            self.residents.kill_now()
+            self.media.kill_now()
+            for conn in list(self.conns):
+                conn.close(abort=True)
+            self._remove_socket()
+            await self.llm.aclose()
+        log.info("stopped in %.2f s", time.monotonic() - t0)
+
+    async def _graceful(self) -> None:
+        grace = self.s.shutdown_grace
+        if self._server is not None:
+            self._server.close()
+        self._remove_socket()
+        for job in self.sched.drain():
+            job.conn.error(job.id, "shutdown", "the kernel is shutting down; the input was not run")
+            job.conn.active.discard(job)
+        for conn in list(self.conns):
+            for job in conn.backlog:
+                conn.error(job.id, "shutdown", "the kernel is shutting down; the input was not run")
+            conn.backlog.clear()
+        await self.sched.stop()
+        running = [j.task for j in self.sched.running if j.task is not None]
+        for job in list(self.sched.running):
+            job.cancel_reason = "shutdown"
+            if job.task is not None:
+                job.task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        await asyncio.gather(self.residents.aclose(grace / 4), self.media.aclose(grace / 4))
+        await self.llm.aclose()
+        for conn in list(self.conns):
+            conn.close()  # flushes the frames above, then closes
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=min(1.0, grace / 4))
+
+    # --- connections ------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conn_seq += 1
+        conn = Connection(self, reader, writer, self._conn_seq)
+        if self.stopping:
+            writer.transport.abort()
+            return
+        self.conns.add(conn)
+        self.counters["connections_total"] += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            await conn.serve()
+        finally:
+            self.conns.discard(conn)
+            if task is not None:
+                self._handlers.discard(task)
+
+    def broadcast(self, frame: dict[str, Any]) -> int:
+        n = 0
+        for conn in list(self.conns):
+            if conn.authed and conn.send(frame):
+                n += 1
+        self.counters["notifies"] += 1
+        return n
+
+    def stats(self) -> dict[str, Any]:
+        c, sc = self.counters, self.sched.counters
+        return {
+            "type": "stats",
+            "executed": c["executed"],
+            "rejected": c["rejected"],
+            "queued": self.sched.queued,
+            "running": len(self.sched.running),
+            "peak_queued": self.sched.peak_queued,
+            "suspended": sc["suspended"],
+            "resumed": sc["resumed"],
+            "preempted": sc["preempted"],
+            "duplicates": c["duplicates"],
+            "children": len(self.residents),
+            "llm_state": self.llm.state,
+            "failed": c["failed"],
+            "abandoned": c["abandoned"],
+            "tool_calls": c["tool_calls"],
+            "connections": len(self.conns),
+            "connections_total": c["connections_total"],
+            "bad_frames": c["bad_frames"],
+            "auth_failures": c["auth_failures"],
+            "auth_timeouts": c["auth_timeouts"],
+            "slow_readers": c["slow_readers"],
+            "residents": self.residents.listing(),
+            "workers": self.s.workers,
+            "queue_capacity": self.s.queue,
+            "faults": sorted(self.s.faults),
+            "pid": os.getpid(),
+            "uptime_s": round(time.monotonic() - self.started, 3),
+        }
+
+    # --- turns ------------------------------------------------------------------
+
+    def admit(self, job: Job) -> bool:
+        """Dedup, then queue. True when the job will finish later (and then
+        call ``conn.job_done``); False when it was answered here."""
+        conn = job.conn
+        if not self.s.has("no-dedup") and self.dedup.seen(job.text):
+            self.counters["duplicates"] += 1
+            job.state = "done"
+            conn.send({"type": "response", "id": job.id, "text": "", "duplicate": True})
+            return False
+        try:
+            self.sched.submit(job)
+        except Busy:
+            self.counters["rejected"] += 1
+            job.state = "done"
+            lane = "interrupt queue" if job.interrupt else "queue"
+            conn.error(job.id, "busy", f"the {lane} is full ({self.s.queue} waiting, --queue); retry later")
+            return False
+        self.dedup.remember(job.text)
+        conn.active.add(job)
+        return True
+
+    async def _run_turn(self, job: Job) -> None:
+        conn = job.conn
+        try:
+            text = await self._turn(job)
+        except TurnError as exc:
+            self.counters["executed"] += 1
+            self.counters["failed"] += 1
+            log.info("turn %r failed: %s: %s", job.id, exc.code, exc)
+            if isinstance(exc, LLMError) and self.s.has("hide-error-frames"):
+                conn.send({"type": "response", "id": job.id, "text": ""})
+            else:
+                conn.error(job.id, exc.code, str(exc))
+        except asyncio.CancelledError:
+            if job.cancel_reason == "shutdown":
+                conn.error(job.id, "shutdown", "the kernel is shutting down; the turn was stopped")
+            self.counters["abandoned"] += 1
+            raise
+        except Exception as exc:
+            self.counters["executed"] += 1
+            self.counters["failed"] += 1
+            log.exception("turn %r crashed", job.id)
+            conn.error(job.id, "internal", f"the kernel failed on this input: {exc!r}")
+        else:
+            self.counters["executed"] += 1
+            conn.send({"type": "response", "id": job.id, "text": text})
+        finally:
+            conn.job_done(job)
+
+    async def _turn(self, job: Job) -> str:
+        conn = job.conn
+        messages: list[dict[str, Any]] = []
+        if self.s.system_prompt:
+            messages.append({"role": "system", "content": self.s.system_prompt})
+        messages.append({"role": "user", "content": job.text})
+
+        def on_delta(text: str) -> None:
+            conn.send({"type": "delta", "id": job.id, "text": text})
+
+        def on_start(call: ToolCall) -> None:
+            conn.send({"type": "tool", "id": job.id, "call_id": call.id, "name": call.name, "phase": "start"})
+
+        def on_end(res: Result) -> None:
+            conn.send({"type": "tool", "id": job.id, "call_id": res.call.id, "name": res.call.name, "phase": "end", "ok": res.ok})
+
+        for _ in range(self.s.max_steps):
+            await self.sched.checkpoint(job)
+            reply = await self.llm.chat(messages, SCHEMAS, on_delta)
+            if not reply.tool_calls:
+                return reply.content
+            messages.append(
+                {"role": "assistant", "content": reply.content or None, "tool_calls": [c.message() for c in reply.tool_calls]}
+            )
+            results = await self.tools.run_batch(reply.tool_calls, on_start, on_end)
+            self.counters["tool_calls"] += len(results)
+            messages.extend(r.message() for r in results)
+        raise TurnError("max_steps", f"the turn took more than {self.s.max_steps} LLM steps (--max-steps) without a final answer")
+
+

@@ -1,0 +1,125 @@
+"""The kernel's settings: frozen, checked field by field at construction.
+
+The command line (``__main__``) only parses flags into :class:`KernelSettings`;
+every rule lives here so that library users get the same messages.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+# Each fault switches on one known bug; docs/refkernel.md says what it breaks
+# and which harness check catches it.
+FAULTS: dict[str, str] = {
+    "ignore-stream-index": "accumulates streamed tool-call fragments into one call, ignoring `index`",
+    "first-tool-only": "runs only the first tool call of a batch",
+    "completion-order": "appends tool results in completion order, not declared order",
+    "serial-tools": "runs every batch serially, even when all calls are parallel-safe",
+    "always-parallel": "runs every batch concurrently, ignoring parallel-safety",
+    "drop-last-result": "loses the last tool result of every batch",
+    "swallow-tool-errors": "reports failed tools as successful (their error text as output)",
+    "no-dedup": "has no replay guard: identical inputs run again",
+    "leak-children": "leaves resident children running at exit (and does not tie them to its life)",
+    "hide-error-frames": "ends a turn whose LLM request failed with an empty `response`, not an `error`",
+}
+
+MAX_FRAME = 1 << 20  # bytes of one JSON frame, newline excluded (protocol v1)
+SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
+
+
+def _rule(ok: bool, name: str, value: Any, want: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}={value!r} is invalid: {want}")
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    socket: Path
+    llm_url: str
+    data_dir: Path
+    token: str | None = None
+    workers: int = 4
+    queue: int = 64
+    dedup_window: float = 30.0
+    llm_timeout: float = 60.0
+    max_parallel_tools: int = 16
+    faults: frozenset[str] = field(default_factory=frozenset)
+    model: str = "kstress-refkernel"
+    auth_timeout: float = 10.0
+    tool_timeout: float = 60.0
+    max_steps: int = 8
+    max_write_buffer: int = 4 << 20
+    conn_backlog: int = 256
+    max_residents: int = 64
+    shutdown_grace: float = 5.0
+    system_prompt: str = "You are the kstress reference agent kernel. Use the tools you are asked to use."
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "socket", Path(self.socket))
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        object.__setattr__(self, "faults", frozenset(self.faults))
+        sock = os.fsencode(self.socket)
+        _rule(
+            0 < len(sock) <= SOCKET_PATH_MAX,
+            "socket",
+            str(self.socket),
+            f"a unix socket path is at most {SOCKET_PATH_MAX} bytes (this one is {len(sock)}); "
+            "use a shorter directory such as /tmp/rk",
+        )
+        url = urlsplit(self.llm_url)
+        _rule(
+            url.scheme in ("http", "https") and bool(url.netloc),
+            "llm_url",
+            self.llm_url,
+            "give the OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1",
+        )
+        _rule(
+            self.token is None or (isinstance(self.token, str) and 0 < len(self.token) <= 4096),
+            "token",
+            self.token,
+            "use a non-empty string of at most 4096 characters, or leave it out to accept any token",
+        )
+        _rule(isinstance(self.workers, int) and 1 <= self.workers <= 1024, "workers", self.workers, "use 1 to 1024")
+        _rule(isinstance(self.queue, int) and 0 <= self.queue <= 1_000_000, "queue", self.queue, "use 0 to 1000000")
+        _rule(
+            _number(self.dedup_window) and 0 <= self.dedup_window <= 86_400,
+            "dedup_window",
+            self.dedup_window,
+            "use 0 (off) to 86400 seconds",
+        )
+        _rule(_number(self.llm_timeout) and 0 < self.llm_timeout <= 3600, "llm_timeout", self.llm_timeout, "use more than 0 and at most 3600 seconds")
+        _rule(
+            isinstance(self.max_parallel_tools, int) and 1 <= self.max_parallel_tools <= 256,
+            "max_parallel_tools",
+            self.max_parallel_tools,
+            "use 1 to 256",
+        )
+        unknown = sorted(self.faults - FAULTS.keys())
+        _rule(not unknown, "fault", ",".join(unknown), f"known faults: {', '.join(FAULTS)}")
+        _rule(_number(self.auth_timeout) and 0 < self.auth_timeout <= 3600, "auth_timeout", self.auth_timeout, "use more than 0 and at most 3600 seconds")
+        _rule(_number(self.tool_timeout) and 0 < self.tool_timeout <= 3600, "tool_timeout", self.tool_timeout, "use more than 0 and at most 3600 seconds")
+        _rule(isinstance(self.max_steps, int) and 1 <= self.max_steps <= 100, "max_steps", self.max_steps, "use 1 to 100")
+        _rule(
+            isinstance(self.max_write_buffer, int) and 64 * 1024 <= self.max_write_buffer <= 1 << 30,
+            "max_write_buffer",
+            self.max_write_buffer,
+            "use 65536 to 1073741824 bytes (it must hold a few frames of up to 1 MiB)",
+        )
+        _rule(isinstance(self.conn_backlog, int) and 1 <= self.conn_backlog <= 100_000, "conn_backlog", self.conn_backlog, "use 1 to 100000")
+        _rule(isinstance(self.max_residents, int) and 0 <= self.max_residents <= 10_000, "max_residents", self.max_residents, "use 0 to 10000")
+        _rule(_number(self.shutdown_grace) and 0 < self.shutdown_grace <= 600, "shutdown_grace", self.shutdown_grace, "use more than 0 and at most 600 seconds")
+        _rule(isinstance(self.model, str) and bool(self.model), "model", self.model, "give a model name")
+
+    def has(self, fault: str) -> bool:
+        return fault in self.faults
