@@ -40,6 +40,7 @@ class Turn:
     frames: list[dict[str, Any]] = field(default_factory=list)
     sent_at: float = 0.0
     done_at: float = 0.0
+    done_ns: int = 0  # wall clock, comparable with the KST-S/KST-E stamps
 
     @property
     def terminal(self) -> dict[str, Any]:
@@ -173,6 +174,7 @@ class KernelConn:
             turn.frames.append(f)
             if f["type"] in ("response", "error"):
                 turn.done_at = time.monotonic()
+                turn.done_ns = time.time_ns()
                 return turn
 
     async def turn(self, text: str, timeout: float = 30, priority: str | None = None) -> Turn:
