@@ -221,6 +221,136 @@ def kcli_shell(state, socket, token, protocol, timeout) -> None:
     sys.exit(1 if failed else 0)
 
 
+# --- scenarios ----------------------------------------------------------------------
+
+
+def _access_options(f):
+    opts = [
+        click.option("--launch", is_flag=True, help="Start an own sandbox for this run (with the target options) instead of using the running one."),
+        click.option("--state", type=click.Path(dir_okay=False, path_type=Path), help="State file of a running sandbox (default: the current one)."),
+        click.option("--socket", type=click.Path(path_type=Path), help="A kernel socket to drive directly, without a sandbox."),
+        click.option("--token", help="Auth token (default: the sandbox's)."),
+        click.option("--tools", "tools_file", type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog, with --socket."),
+        click.option("--out", default=Path("runs"), show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Where run directories go."),
+        click.option("--quiet", is_flag=True, help="No live progress line."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return _target_options(f)
+
+
+def _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms):
+    from .scenarios import Access
+
+    if launch:
+        return Access(launch=launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms), tool_ms=tool_ms, mixed_ms=mixed_ms)
+    if target_file or bin_ or args or extra:
+        raise UsageError("target options (--target/--bin/--arg/ARGS) need --launch; without it the running sandbox is used")
+    return Access(state=state, socket=socket, token=token, protocol=protocol, tool_ms=tool_ms, mixed_ms=mixed_ms, tools=tools_file)
+
+
+def _finish(result) -> None:
+    click.echo(result.report)
+    if result.error:
+        click.echo(f"kstress: {result.error}", err=True)
+    click.echo(f"run: {result.dir}")
+    sys.exit(result.exit_code)
+
+
+def _ints(value: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{flag} {value!r}: expected comma-separated integers, e.g. 2,4,8") from None
+
+
+@cli.command("stress", context_settings={"ignore_unknown_options": False})
+@click.option("--conns", default=32, show_default=True, help="Concurrent connections.")
+@click.option("--inputs", default=10, show_default=True, help="Inputs per connection.")
+@click.option("--mix", default=None, help="Weighted markers, e.g. '!batch4:3,!slowbatch2:1,text:1'.")
+@click.option("--interrupts", default=0.0, show_default=True, help="Interrupt-priority inputs per second.")
+@click.option("--duration", type=float, help="Stop sending new inputs after S seconds.")
+@click.option("--rate", type=float, help="Open model: inputs per second (latency also from the scheduled time).")
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True, help="Seconds one turn may take.")
+@click.option("--seed", default=1, show_default=True, help="Seed of the marker mix.")
+@click.option("--no-dedup-probe", is_flag=True, help="Skip the replay-guard probe (for kernels without one).")
+@_access_options
+@click.argument("extra", nargs=-1)
+def stress_cmd(conns, inputs, mix, interrupts, duration, rate, timeout_s, seed, no_dedup_probe, launch, state, socket, token, tools_file, out, quiet, target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
+    """Many connections, a marker mix, every turn verified."""
+    from .scenarios import StressSettings, run_stress
+    from .scenarios.stress import DEFAULT_MIX
+
+    settings = StressSettings(conns=conns, inputs=inputs, mix=mix or DEFAULT_MIX, interrupts=interrupts, duration_s=duration, rate=rate, timeout_s=timeout_s, seed=seed, dedup_probe=not no_dedup_probe, out=out, quiet=quiet)
+    access = _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
+    _finish(asyncio.run(run_stress(settings, access)))
+
+
+@cli.command("batch")
+@click.option("--n", "ns", default="2,4,8", show_default=True, help="Batch sizes.")
+@click.option("--kinds", default="batch,mixed,slowbatch", show_default=True, help="Which batch markers.")
+@click.option("--rounds", default=3, show_default=True, help="Turns per marker.")
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True)
+@_access_options
+@click.argument("extra", nargs=-1)
+def batch_cmd(ns, kinds, rounds, timeout_s, launch, state, socket, token, tools_file, out, quiet, target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
+    """!batchN, !mixedN, !slowbatchN with full verification."""
+    from .scenarios import BatchSettings, run_batch
+
+    settings = BatchSettings(ns=_ints(ns, "--n"), kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()), rounds=rounds, timeout_s=timeout_s, out=out, quiet=quiet)
+    access = _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
+    _finish(asyncio.run(run_batch(settings, access)))
+
+
+@cli.command("abtest")
+@click.option("--n", "ns", default="2,4,8,12", show_default=True, help="Batch sizes.")
+@click.option("--rounds", default=6, show_default=True, help="Interleaved rounds per N.")
+@click.option("--ab-tool-ms", "ab_tool_ms", type=int, help="Sleep of each tool in the markers (default: the mock's --tool-ms).")
+@click.option("--no-expect-concurrency", is_flag=True, help="Do not fail when a parallel-safe batch ran serially.")
+@click.option("--timeout", "timeout_s", default=120.0, show_default=True)
+@_access_options
+@click.argument("extra", nargs=-1)
+def abtest_cmd(ns, rounds, ab_tool_ms, no_expect_concurrency, timeout_s, launch, state, socket, token, tools_file, out, quiet, target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
+    """Concurrency speedup: !slowbatchN vs !serialbatchN, interleaved."""
+    from .scenarios import AbtestSettings, run_abtest
+
+    settings = AbtestSettings(ns=_ints(ns, "--n"), rounds=rounds, tool_ms=ab_tool_ms, expect_concurrency=not no_expect_concurrency, timeout_s=timeout_s, out=out, quiet=quiet)
+    access = _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
+    _finish(asyncio.run(run_abtest(settings, access)))
+
+
+@cli.command("cmp")
+@click.option("--n", default=4, show_default=True, help="Batch size of dimensions 1 and 2.")
+@click.option("--rounds", default=8, show_default=True, help="Rounds of dimensions 1 and 2.")
+@click.option("--bombard-conns", default=32, show_default=True)
+@click.option("--bombard-rounds", default=3, show_default=True)
+@click.option("--stability-rounds", default=20, show_default=True)
+@click.option("--tool-ms", default=200, show_default=True, type=int)
+@click.option("--alpha", default=0.05, show_default=True)
+@click.option("--min-effect", default=0.05, show_default=True)
+@click.option("--mechanism", type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True)
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True)
+@click.option("--out", default=Path("runs"), show_default=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--quiet", is_flag=True)
+@click.argument("old")
+@click.argument("new")
+def cmp_cmd(n, rounds, bombard_conns, bombard_rounds, stability_rounds, tool_ms, alpha, min_effect, mechanism, timeout_s, out, quiet, old, new) -> None:
+    """OLD vs NEW side by side (each a path, a quoted command line or a target
+    TOML); exit 1 when NEW regresses."""
+    from .scenarios import CmpSettings, run_cmp
+
+    settings = CmpSettings(old=old, new=new, n=n, rounds=rounds, bombard_conns=bombard_conns, bombard_rounds=bombard_rounds, stability_rounds=stability_rounds, tool_ms=tool_ms, alpha=alpha, min_effect=min_effect, mechanism=mechanism, timeout_s=timeout_s, out=out, quiet=quiet)
+    _finish(asyncio.run(run_cmp(settings)))
+
+
+@cli.command("report")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+def report_cmd(run_dir) -> None:
+    """Re-render DIR/report.md from the run's raw files and print it."""
+    from .report import rerender
+
+    click.echo(rerender(run_dir))
+
 def main() -> None:
     main_with(None, "kstress")
 

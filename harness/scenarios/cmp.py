@@ -1,0 +1,250 @@
+"""cmp: OLD and NEW side by side, each in its own sandbox, rounds interleaved
+(ABBA), on four dimensions:
+
+1. batch tool calls  -- `!slowbatchN` tool-phase time (lower is better) and processed count
+2. concurrency       -- per-round speedup serial/concurrent within each version (higher is better)
+3. bombardment       -- C connections at once, one input each: pass rate (higher is better)
+4. stability         -- consecutive rounds, error-free rate (higher is better)
+
+Every round records its processed count and error frames. A dimension that
+cannot be measured on a version says so and yields no number. better / worse
+needs significance (Mann-Whitney U, alpha) and a minimum effect; NEW worse (or
+NEW unmeasurable where OLD was measured) is a regression: exit code 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mock.markers import N_MAX, compose
+
+from ..client import ConnError, Turn, new_nonce
+from ..errors import UsageError
+from ..launcher import LaunchSettings
+from ..results import Check, RunDir, read_jsonl
+from ..stats import ALPHA, MIN_EFFECT, compare
+from ..target import TargetSpec, load_target, spec_from_command
+from ..verdict import judge
+from .common import Access, Outcome, Progress, RunResult, Target, Watch, run_scenario
+from .seq import Sequential
+
+DIMENSIONS = ("batch", "concurrency", "bombardment", "stability")
+MIN_SAMPLES = 3
+
+
+def target_from_arg(arg: str) -> TargetSpec:
+    """An executable path, a quoted command line, or a target TOML file."""
+    if arg.endswith(".toml"):
+        return load_target(arg)
+    return spec_from_command(arg)
+
+
+@dataclass(frozen=True)
+class CmpSettings:
+    old: str
+    new: str
+    n: int = 4
+    rounds: int = 8
+    bombard_conns: int = 32
+    bombard_rounds: int = 3
+    bombard_marker: str = "!batch4"
+    stability_rounds: int = 20
+    stability_marker: str = "!mixed3"
+    tool_ms: int = 200
+    alpha: float = ALPHA
+    min_effect: float = MIN_EFFECT
+    timeout_s: float = 60.0
+    mechanism: str = "auto"
+    out: Path = Path("runs")
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.n <= N_MAX:
+            raise UsageError(f"--n {self.n} is invalid: the batch size for dimensions 1 and 2 is 2 to {N_MAX}")
+        for name in ("rounds", "bombard_rounds", "stability_rounds"):
+            v = getattr(self, name)
+            if not 1 <= v <= 1000:
+                raise UsageError(f"--{name.replace('_', '-')} {v} is invalid: use 1 to 1000")
+        if not 1 <= self.bombard_conns <= 10_000:
+            raise UsageError(f"--bombard-conns {self.bombard_conns} is invalid: use 1 to 10000")
+        if not 0 < self.alpha < 0.5:
+            raise UsageError(f"--alpha {self.alpha} is invalid: use 0 < alpha < 0.5 (e.g. 0.05)")
+        if not 0 <= self.min_effect < 1:
+            raise UsageError(f"--min-effect {self.min_effect} is invalid: a fraction, e.g. 0.05 for 5%")
+
+
+def _values(rows: list[dict[str, Any]], dim: str, version: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("kind") == "cmp" and r.get("dim") == dim and r.get("version") == version]
+
+
+def _dim_batch(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": "batch", "metric": f"!slowbatch{s['n']} tool phase (s), lower is better"}
+    samples, notes = {}, {}
+    for v in ("old", "new"):
+        rs = _values(rows, "batch", v)
+        ok = [r["tool_ms"] / 1000 for r in rs if r.get("passed") and r.get("tool_ms") is not None]
+        processed = [r.get("got") or 0 for r in rs]
+        samples[v] = ok
+        out[f"{v}_processed"] = f"{sum(processed)}/{sum(r.get('expected') or s['n'] for r in rs)}"
+        out[f"{v}_errors"] = sum(1 for r in rs if r.get("outcome") == "error")
+        if len(ok) < MIN_SAMPLES:
+            notes[v] = f"unmeasurable: only {len(ok)} of {len(rs)} rounds ran every tool with a passing verdict"
+    return _verdict(out, samples, notes, s, higher_is_better=False)
+
+
+def _dim_concurrency(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": "concurrency", "metric": f"speedup serial/concurrent at N={s['n']}, higher is better"}
+    samples, notes = {}, {}
+    for v in ("old", "new"):
+        rs = _values(rows, "concurrency", v)
+        by_round: dict[int, dict[str, dict[str, Any]]] = {}
+        for r in rs:
+            by_round.setdefault(r["round"], {})[r["arm"]] = r
+        speedups, serial_bad = [], 0
+        for arms in by_round.values():
+            c, sr = arms.get("concurrent"), arms.get("serial")
+            if sr is not None and sr.get("overlap") is not None and sr["overlap"] > 1:
+                serial_bad += 1
+            if c and sr and c.get("passed") and sr.get("passed") and c.get("tool_ms") and sr.get("tool_ms") is not None:
+                speedups.append(sr["tool_ms"] / c["tool_ms"])
+        samples[v] = speedups
+        out[f"{v}_errors"] = sum(1 for r in rs if r.get("outcome") == "error")
+        if serial_bad:
+            notes[v] = f"unmeasurable: the serial control ran concurrently in {serial_bad} round(s)"
+        elif len(speedups) < MIN_SAMPLES:
+            notes[v] = f"unmeasurable: only {len(speedups)} rounds where both arms ran every tool"
+    return _verdict(out, samples, notes, s, higher_is_better=True)
+
+
+def _dim_rate(rows: list[dict[str, Any]], s: dict[str, Any], dim: str, metric: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": dim, "metric": metric}
+    samples, notes = {}, {}
+    for v in ("old", "new"):
+        rs = _values(rows, dim, v)
+        samples[v] = [1.0 if r.get("passed") else 0.0 for r in rs]
+        out[f"{v}_errors"] = sum(1 for r in rs if r.get("outcome") == "error")
+        if not rs:
+            notes[v] = "unmeasurable: no inputs recorded"
+    return _verdict(out, samples, notes, s, higher_is_better=True, rate=True)
+
+
+def _verdict(out: dict[str, Any], samples: dict[str, list[float]], notes: dict[str, str], s: dict[str, Any], *, higher_is_better: bool, rate: bool = False) -> dict[str, Any]:
+    for v in ("old", "new"):
+        xs = samples[v]
+        if v in notes:
+            out[v] = None
+            out[f"{v}_note"] = notes[v]
+        else:
+            out[v] = (sum(xs) / len(xs)) if rate else statistics.median(xs)
+        out[f"{v}_n"] = len(xs)
+    if notes:
+        if "new" in notes and "old" not in notes:
+            out.update(verdict="worse", p=None, change=None, reason=f"NEW is {notes['new']} while OLD was measured")
+        else:
+            out.update(verdict="unmeasurable", p=None, change=None, reason="; ".join(f"{k.upper()}: {m}" for k, m in notes.items()))
+        out["warnings"] = []
+        return out
+    if rate:
+        # proportions: compare the 0/1 outcomes; the change is in percentage points
+        c = compare(out["name"], samples["old"], samples["new"], higher_is_better=True, alpha=s["alpha"], min_effect=0.0)
+        diff = out["new"] - out["old"]
+        verdict = c.verdict if abs(diff) >= s["min_effect"] else "same"
+        reason = c.reason if verdict != "same" or abs(diff) >= s["min_effect"] else f"difference {diff:+.1%} below the {s['min_effect']:.0%} minimum effect"
+        out.update(verdict=verdict, p=c.p, change=diff, reason=reason, warnings=[])
+        return out
+    c = compare(out["name"], samples["old"], samples["new"], higher_is_better=higher_is_better, alpha=s["alpha"], min_effect=s["min_effect"])
+    out.update(verdict=c.verdict, p=c.p, change=c.change, reason=c.reason, warnings=list(c.warnings))
+    return out
+
+
+def summarize_cmp(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, Any]:
+    dims = [
+        _dim_batch(rows, s),
+        _dim_concurrency(rows, s),
+        _dim_rate(rows, s, "bombardment", f"pass rate of {s['bombard_conns']} connections at once, higher is better"),
+        _dim_rate(rows, s, "stability", f"error-free rate over {s['stability_rounds']} consecutive rounds, higher is better"),
+    ]
+    return {"dimensions": dims, "regressed": [d["name"] for d in dims if d["verdict"] == "worse"]}
+
+
+def cmp_checks(summary: dict[str, Any]) -> list[Check]:
+    out = []
+    for d in summary["dimensions"]:
+        out.append(Check(f"{d['name']}: NEW does not regress", d["verdict"] != "worse", f"{d['verdict']}: {d.get('reason', '')}"))
+    return out
+
+
+async def _bombard(target: Target, version: str, rnd: int, s: CmpSettings, rundir: RunDir, progress: Progress) -> None:
+    """C connections opened at once, one input each."""
+
+    async def one(k: int) -> None:
+        try:
+            async with target.client(connect_timeout_s=30.0) as c:
+                turn = await c.turn(s.bombard_marker, s.timeout_s)
+        except ConnError as exc:
+            nonce = new_nonce("f")
+            turn = Turn(input_id=nonce, text=compose(s.bombard_marker, nonce), nonce=nonce, outcome="conn_error", conn_error=f"{exc.kind}: {exc}")
+            turn.t_sent = time.monotonic()
+        v = judge(turn, target.plan(turn.text))
+        row = v.to_json()
+        row.update(kind="cmp", dim="bombardment", version=version, round=rnd, conn=k)
+        rundir.turn(row)
+        progress.add(v.passed, v.latency_s)
+
+    await asyncio.gather(*(one(k) for k in range(s.bombard_conns)))
+
+
+async def run_cmp(settings: CmpSettings) -> RunResult:
+    old_spec, new_spec = target_from_arg(settings.old), target_from_arg(settings.new)
+    targets = {}
+    for label, spec in (("old", old_spec), ("new", new_spec)):
+        targets[label] = Target(Access(launch=LaunchSettings(target=spec, mechanism=settings.mechanism, tool_ms=settings.tool_ms)), label=label)
+
+    async def body(rundir: RunDir, watch: Watch) -> Outcome:
+        s = settings
+        total = 2 * (s.rounds + 2 * s.rounds + s.bombard_rounds * s.bombard_conns + s.stability_rounds)
+        progress = Progress(total, s.quiet)
+        seqs = {v: Sequential(t, rundir, watch, progress, s.timeout_s, label=v) for v, t in targets.items()}
+        progress.start()
+
+        def order(rnd: int) -> tuple[str, str]:
+            return ("old", "new") if rnd % 2 == 0 else ("new", "old")  # ABBA
+
+        try:
+            for rnd in range(s.rounds):
+                for v in order(rnd):
+                    await seqs[v].turn(f"!slowbatch{s.n}", kind="cmp", dim="batch", round=rnd)
+            for rnd in range(s.rounds):
+                for v in order(rnd):
+                    arms = (("concurrent", f"!slowbatch{s.n}"), ("serial", f"!serialbatch{s.n}"))
+                    for arm, marker in arms if rnd % 2 == 0 else arms[::-1]:
+                        await seqs[v].turn(marker, kind="cmp", dim="concurrency", round=rnd, arm=arm)
+            for rnd in range(s.bombard_rounds):
+                for v in order(rnd):
+                    watch.check()
+                    await _bombard(targets[v], v, rnd, s, rundir, progress)
+            for rnd in range(s.stability_rounds):
+                for v in order(rnd):
+                    await seqs[v].turn(s.stability_marker, kind="cmp", dim="stability", round=rnd)
+        finally:
+            await progress.stop()
+            for q in seqs.values():
+                await q.aclose()
+        sj = _settings_json(s)
+        summary = summarize_cmp(read_jsonl(rundir.path / "turns.jsonl"), sj)
+        return Outcome(summary, cmp_checks(summary), sj, {})
+
+    from ..report import render_cmp
+
+    return await run_scenario("cmp", settings.out, list(targets.values()), body, render_cmp, _settings_json(settings))
+
+
+def _settings_json(s: CmpSettings) -> dict[str, Any]:
+    d = asdict(s)
+    d["out"] = str(s.out)
+    return d

@@ -1,0 +1,404 @@
+"""stress: C connections x K inputs (closed model) or R inputs/s (open model),
+a weighted marker mix, an optional interrupt stream, resource and kernel-stats
+sampling, a replay-guard probe, and an orphan check at the end.
+
+Accounting (docs/metrics.md): the pass rate's denominator is every input
+attempted, connection failures included; only passed turns enter latency
+statistics; in the open model latency is also measured from the *scheduled*
+send time, so a stalled kernel cannot hide behind a slowed-down load
+generator (coordinated omission).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mock.errors import MarkerError
+from mock.markers import build_plan
+
+from ..client import ConnError, KernelClient, Turn, new_nonce
+from ..errors import UsageError
+from ..results import Check, RunDir
+from ..sampler import Sampler
+from ..stats import summarize
+from ..verdict import judge
+from .common import Access, Outcome, Progress, RunResult, Target, Watch, run_scenario
+
+DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,text:2"
+MAX_INPUTS = 1_000_000
+
+
+def parse_mix(spec: str) -> tuple[tuple[str, int], ...]:
+    """``'!batch4:3,!slowbatch2:1,text:1'`` -> ((marker, weight), ...). The last
+    ``:N`` of an item is its weight (default 1); ``text`` is a plain input."""
+    items = []
+    for raw in spec.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        marker, weight = raw, 1
+        head, sep, tail = raw.rpartition(":")
+        if sep and tail.isdigit():
+            marker, weight = head, int(tail)
+        if weight < 1 or weight > 1000:
+            raise UsageError(f"--mix item {raw!r}: weight {weight} must be from 1 to 1000")
+        if marker != "text":
+            if not marker.startswith("!"):
+                raise UsageError(f"--mix item {raw!r}: expected a marker like !batch4 or the word text")
+            try:
+                plan = build_plan(f"{marker} #probe")
+            except MarkerError as exc:
+                raise UsageError(f"--mix item {raw!r}: {exc}") from None
+            if plan.kind == "text":
+                raise UsageError(f"--mix item {raw!r}: {marker!r} is not a marker")
+        items.append((marker, weight))
+    if not items:
+        raise UsageError(f"--mix {spec!r} is empty; e.g. --mix '!batch4:3,text:1'")
+    return tuple(items)
+
+
+@dataclass(frozen=True)
+class StressSettings:
+    conns: int = 32
+    inputs: int = 10
+    mix: str = DEFAULT_MIX
+    interrupts: float = 0.0  # interrupt inputs per second
+    interrupt_marker: str = "!batch2"
+    duration_s: float | None = None
+    rate: float | None = None  # open model: inputs per second
+    timeout_s: float = 60.0
+    connect_timeout_s: float = 30.0
+    seed: int = 1
+    sample_interval_s: float = 0.5
+    dedup_probe: bool = True
+    out: Path = Path("runs")
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.conns <= 20_000:
+            raise UsageError(f"--conns {self.conns} is invalid: use 1 to 20000 (RLIMIT_NOFILE bounds it)")
+        if not 1 <= self.inputs <= 100_000:
+            raise UsageError(f"--inputs {self.inputs} is invalid: use 1 to 100000 per connection")
+        if self.conns * self.inputs > MAX_INPUTS:
+            raise UsageError(f"--conns x --inputs = {self.conns * self.inputs} is over the {MAX_INPUTS} bound of one run")
+        if self.interrupts < 0 or self.interrupts > 1000:
+            raise UsageError(f"--interrupts {self.interrupts} is invalid: use 0 to 1000 per second")
+        if self.duration_s is not None and not 0 < self.duration_s <= 86_400:
+            raise UsageError(f"--duration {self.duration_s} is invalid: use 0 < S <= 86400 seconds")
+        if self.rate is not None and not 0 < self.rate <= 100_000:
+            raise UsageError(f"--rate {self.rate} is invalid: use 0 < R <= 100000 inputs per second")
+        if not 0.1 <= self.timeout_s <= 3600:
+            raise UsageError(f"--timeout {self.timeout_s} is invalid: use 0.1 to 3600 seconds")
+        parse_mix(self.mix)
+        try:
+            build_plan(f"{self.interrupt_marker} #probe")
+        except MarkerError as exc:
+            raise UsageError(f"--interrupt-marker {self.interrupt_marker!r}: {exc}") from None
+
+
+class _Load:
+    def __init__(self, s: StressSettings, target: Target, rundir: RunDir, watch: Watch, progress: Progress) -> None:
+        self.s = s
+        self.target = target
+        self.rundir = rundir
+        self.watch = watch
+        self.progress = progress
+        self.mix = parse_mix(s.mix)
+        self.rng = random.Random(s.seed)
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + s.duration_s if s.duration_s else None
+        self.reconnects = 0
+        self.capacity_errors: Counter[str] = Counter()
+
+    def pick(self) -> str:
+        markers, weights = zip(*self.mix)
+        m = self.rng.choices(markers, weights)[0]
+        return "" if m == "text" else m
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def record(self, turn: Turn, kind: str, conn: int, seq: int, **extra: Any) -> None:
+        plan = self.target.plan(turn.text)
+        v = judge(turn, plan)
+        row = v.to_json()
+        row.update(kind=kind, conn=conn, seq=seq, t_rel=round(turn.t_sent - self.t0, 4), **extra)
+        self.rundir.turn(row)
+        if kind != "probe":
+            self.progress.add(v.passed, v.latency_s)
+
+    def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load") -> None:
+        nonce = new_nonce("f")
+        from mock.markers import compose
+
+        turn = Turn(input_id=nonce, text=compose(marker or None, nonce), nonce=nonce, outcome="conn_error", conn_error=f"{err.kind}: {err}")
+        turn.t_sent = time.monotonic()
+        if err.kind == "capacity":
+            self.capacity_errors[str(err).split(":")[1].strip() if ":" in str(err) else "capacity"] += 1
+        self.record(turn, kind, conn, seq)
+
+    async def connect(self) -> KernelClient:
+        c = self.target.client(connect_timeout_s=self.s.connect_timeout_s)
+        return await c.connect()
+
+    async def closed_conn(self, conn: int) -> None:
+        """One connection of the closed model: send, wait for the turn, repeat."""
+        client: KernelClient | None = None
+        try:
+            for seq in range(self.s.inputs):
+                if self.expired():
+                    return
+                self.watch.check()
+                marker = self.pick()
+                if client is None or not client.connected:
+                    if client is not None:
+                        await client.aclose()
+                        self.reconnects += 1
+                    try:
+                        client = await self.connect()
+                    except ConnError as exc:
+                        client = None
+                        self.record_conn_failure(marker, conn, seq, exc)
+                        continue
+                turn = await client.turn(marker, self.s.timeout_s)
+                self.record(turn, "load", conn, seq)
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    async def open_model(self) -> None:
+        """Inputs scheduled at a fixed rate and handed to an idle connection;
+        latency also counts from the scheduled time."""
+        pool: asyncio.Queue[KernelClient | None] = asyncio.Queue()
+        for _ in range(self.s.conns):
+            pool.put_nowait(None)
+        total = self.s.conns * self.s.inputs
+        interval = 1.0 / (self.s.rate or 1.0)
+        tasks: set[asyncio.Task] = set()
+
+        async def one(i: int, scheduled: float) -> None:
+            client = await pool.get()
+            marker = self.pick()
+            try:
+                if client is None or not client.connected:
+                    if client is not None:
+                        await client.aclose()
+                        self.reconnects += 1
+                    try:
+                        client = await self.connect()
+                    except ConnError as exc:
+                        client = None
+                        self.record_conn_failure(marker, i % self.s.conns, i, exc)
+                        return
+                turn = await client.send(marker)
+                turn.t_scheduled = scheduled
+                turn = await client.collect(turn, self.s.timeout_s)
+                self.record(turn, "load", i % self.s.conns, i)
+            finally:
+                pool.put_nowait(client)
+
+        try:
+            for i in range(total):
+                scheduled = self.t0 + i * interval
+                if self.deadline is not None and scheduled >= self.deadline:
+                    break
+                delay = scheduled - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # pacing to the schedule, not synchronisation
+                self.watch.check()
+                t = asyncio.create_task(one(i, scheduled))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            while not pool.empty():
+                c = pool.get_nowait()
+                if c is not None:
+                    await c.aclose()
+
+    async def interrupts(self, stop: asyncio.Event) -> None:
+        """Priority inputs at a fixed rate on their own connection until the load ends."""
+        interval = 1.0 / self.s.interrupts
+        client: KernelClient | None = None
+        seq = 0
+        next_at = time.monotonic()
+        try:
+            while not stop.is_set() and seq < 100_000:
+                try:
+                    await asyncio.wait_for(stop.wait(), max(0.0, next_at - time.monotonic()))
+                    return
+                except asyncio.TimeoutError:
+                    pass
+                next_at += interval
+                if client is None or not client.connected:
+                    try:
+                        client = await self.connect()
+                    except ConnError as exc:
+                        self.record_conn_failure(self.s.interrupt_marker, -1, seq, exc, kind="interrupt")
+                        seq += 1
+                        continue
+                turn = await client.turn(self.s.interrupt_marker, self.s.timeout_s, interrupt=True)
+                self.record(turn, "interrupt", -1, seq)
+                seq += 1
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    async def dedup_probe(self) -> dict[str, Any]:
+        """Send one input twice, identical: a kernel with a replay guard must
+        drop the second (`duplicate: true`)."""
+        try:
+            async with self.target.client(connect_timeout_s=self.s.connect_timeout_s) as c:
+                first = await c.turn("", self.s.timeout_s, nonce=new_nonce("dup"))
+                second = await c.turn(first.text, self.s.timeout_s, raw=True, nonce=first.nonce + "r")
+        except ConnError as exc:
+            return {"ok": False, "detail": f"could not connect: {exc}"}
+        plan = self.target.plan(first.text)
+        v1, v2 = judge(first, plan), judge(second, plan, expect_duplicate=True)
+        for k, (turn, v) in enumerate(((first, v1), (second, v2))):
+            row = v.to_json()
+            row.update(kind="probe", conn=-2, seq=k, t_rel=round(turn.t_sent - self.t0, 4))
+            self.rundir.turn(row)
+        if not v1.passed:
+            return {"ok": False, "detail": f"the probe's first input failed: {v1.failure}"}
+        if not v2.passed:
+            return {"ok": False, "detail": "an identical input sent again was executed, not dropped as a replay (no dedup)"}
+        return {"ok": True, "detail": "the identical second input came back duplicate: true"}
+
+
+def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any]) -> dict[str, Any]:
+    """Everything the report shows, from the turn rows alone (+ extras):
+    `kstress report` recomputes it from turns.jsonl."""
+    inputs = [r for r in rows if r.get("kind") in ("load", "interrupt")]
+    passed = [r for r in inputs if r.get("passed")]
+    failures = Counter(r["failures"][0].split(" ", 1)[0] for r in inputs if not r.get("passed") and r.get("failures"))
+    lat = [r["latency_s"] for r in passed if r.get("latency_s") is not None]
+    first = [r["first_frame_s"] for r in passed if r.get("first_frame_s") is not None]
+    sched = [r["scheduled_s"] for r in passed if r.get("scheduled_s") is not None]
+    interrupts = [r for r in inputs if r.get("kind") == "interrupt"]
+    duration = max((r.get("t_rel", 0) + (r.get("latency_s") or 0) for r in inputs), default=0.0)
+    kstats = extras.get("kernel_stats") or {}
+    res = extras.get("resources") or {}
+    return {
+        "attempted": len(inputs),
+        "passed": len(passed),
+        "pass_rate": (len(passed) / len(inputs)) if inputs else None,
+        "failures": dict(sorted(failures.items())),
+        "interrupts": {"attempted": len(interrupts), "passed": sum(1 for r in interrupts if r.get("passed"))},
+        "latency_s": _pcts(lat),
+        "first_frame_s": _pcts(first),
+        "scheduled_latency_s": _pcts(sched) if sched else None,
+        "throughput_per_s": round(len(passed) / duration, 2) if duration > 0 else None,
+        "duration_s": round(duration, 3),
+        "kernel": {k: kstats.get(k) for k in ("executed", "rejected", "suspended", "resumed", "preempted", "duplicates", "peak_queued", "children", "llm_state") if k in kstats},
+        "peak_queue": max(filter(None, [kstats.get("peak_queued"), res.get("peak_queued")]), default=None),
+        "resources": {k: res.get(k) for k in ("peak_rss_mb", "peak_cpu_pct", "mean_cpu_pct", "peak_threads", "peak_fds", "peak_children", "samples", "sampler_cpu_s") if k in res},
+        "reconnects": extras.get("reconnects", 0),
+        "capacity_errors": extras.get("capacity_errors", {}),
+        "dedup_probe": extras.get("dedup_probe"),
+        "orphans": extras.get("orphans"),
+    }
+
+
+def _pcts(xs: list[float]) -> dict[str, Any]:
+    s = summarize(xs, (50, 90, 99))
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items()}
+
+
+def stress_checks(summary: dict[str, Any]) -> list[Check]:
+    checks = [
+        Check(
+            "every input passed its verdict",
+            summary["attempted"] > 0 and summary["passed"] == summary["attempted"],
+            f"{summary['passed']}/{summary['attempted']} passed" + (f"; failures: {summary['failures']}" if summary["failures"] else ""),
+        )
+    ]
+    probe = summary.get("dedup_probe")
+    if probe is not None:
+        checks.append(Check("replay guard drops an identical input", bool(probe.get("ok")), probe.get("detail", "")))
+    orphans = summary.get("orphans")
+    if orphans is not None:
+        checks.append(
+            Check(
+                "no orphans after the target exited",
+                not orphans,
+                "none" if not orphans else "; ".join(f"pid {o['pid']}: {o['cmdline']}" for o in orphans),
+            )
+        )
+    return checks
+
+
+async def run_stress(settings: StressSettings, access: Access) -> RunResult:
+    target = Target(access)
+
+    async def body(rundir: RunDir, watch: Watch) -> Outcome:
+        total = settings.conns * settings.inputs
+        progress = Progress(total, settings.quiet)
+        load = _Load(settings, target, rundir, watch, progress)
+        stats_client: KernelClient | None = None
+        extras: dict[str, Any] = {}
+        sampler = None
+        try:
+            try:
+                stats_client = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
+            except ConnError:
+                stats_client = None
+            if target.target_pid is not None:
+                sampler = Sampler(target.target_pid, rundir.resources_path, settings.sample_interval_s, stats_client.stats if stats_client else None)
+                if sampler.preflight() is None:
+                    await sampler.start()
+                else:
+                    sampler = None
+            progress.start()
+            stop = asyncio.Event()
+            side = asyncio.create_task(load.interrupts(stop)) if settings.interrupts > 0 else None
+            try:
+                if settings.rate:
+                    await load.open_model()
+                else:
+                    await asyncio.gather(*(load.closed_conn(c) for c in range(settings.conns)))
+            finally:
+                stop.set()
+                if side is not None:
+                    await side
+                await progress.stop()
+            if settings.dedup_probe:
+                extras["dedup_probe"] = await load.dedup_probe()
+            if stats_client is not None:
+                try:
+                    extras["kernel_stats"] = await stats_client.stats()
+                except ConnError:
+                    pass
+        finally:
+            if sampler is not None:
+                extras["resources"] = (await sampler.stop()).to_json()
+            if stats_client is not None:
+                await stats_client.aclose()
+        watch.check()
+        extras["orphans"] = await target.stop_and_check_orphans()
+        extras["reconnects"] = load.reconnects
+        extras["capacity_errors"] = dict(load.capacity_errors)
+        from ..results import read_jsonl
+
+        rows = read_jsonl(rundir.path / "turns.jsonl")
+        summary = summarize_stress(rows, extras)
+        return Outcome(summary=summary, checks=stress_checks(summary), settings=_settings_json(settings), extras=extras)
+
+    from ..report import render_stress
+
+    return await run_scenario("stress", settings.out, [target], body, render_stress, _settings_json(settings))
+
+
+def _settings_json(s: StressSettings) -> dict[str, Any]:
+    d = asdict(s)
+    d["out"] = str(s.out)
+    return d

@@ -1,0 +1,11 @@
+#!/usr/bin/env python3
+"""kstress abtest (see `--help`)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from harness.cli import main_with  # noqa: E402
+
+if __name__ == "__main__":
+    main_with(["abtest", *sys.argv[1:]], "abtest.py")
