@@ -15,6 +15,7 @@ ever reach a shell.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tomllib
@@ -52,6 +53,21 @@ class ToolRole:
     expect_error: bool = False
 
     def render(self, nonce: str, i: int, sleep_ms: int = 0) -> str:
+        template = self._json_template
+        if template is not None and _JSON_SAFE.fullmatch(nonce):
+            # Fast path, byte-identical to the slow one: the placeholders are
+            # plain text inside JSON strings, and every value put in their
+            # place needs no JSON escaping.
+            return (
+                template.replace("{nonce}", nonce)
+                .replace("{i}", str(i))
+                .replace("{sleep_ms}", str(sleep_ms))
+                .replace("{sleep_s}", f"{sleep_ms / 1000:.3f}")
+            )
+        return self.render_slow(nonce, i, sleep_ms)
+
+    def render_slow(self, nonce: str, i: int, sleep_ms: int = 0) -> str:
+        """Substitute inside the string values, then serialise: the definition."""
         values = {
             "{sleep_cmd}": SLEEP_CMD,  # expanded first: it holds placeholders itself
             "{nonce}": nonce,
@@ -61,8 +77,28 @@ class ToolRole:
         }
         return json.dumps(_substitute(dict(self.arguments), values), ensure_ascii=False)
 
+    @functools.cached_property
+    def _json_template(self) -> str | None:
+        """The arguments serialised once with {sleep_cmd} expanded and the other
+        placeholders left in; None when text replacement could differ from
+        substitution (a placeholder in a key, where the slow path leaves it)."""
+        if _has_brace_key(self.arguments):
+            return None
+        return json.dumps(_substitute(dict(self.arguments), {"{sleep_cmd}": SLEEP_CMD}), ensure_ascii=False)
+
     def expected_substrings(self, nonce: str, i: int) -> tuple[str, ...]:
         return tuple(s.replace("{nonce}", nonce).replace("{i}", str(i)) for s in self.expect)
+
+
+_JSON_SAFE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _has_brace_key(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any("{" in k or _has_brace_key(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_brace_key(v) for v in value)
+    return False
 
 
 def _substitute(value: Any, values: Mapping[str, str]) -> Any:

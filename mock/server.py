@@ -256,11 +256,16 @@ async def _chat(request: web.Request, settings: MockSettings, state: MockState, 
                 if k:
                     await asyncio.sleep(delay)
                 await resp.write(ev)
+            if reply.mark_nonce and reply.nonce:
+                state.clock.mark(reply.nonce)
+            await resp.write_eof()
         else:
-            await resp.write(b"".join(events))
-        if reply.mark_nonce and reply.nonce:
-            state.clock.mark(reply.nonce)
-        await resp.write_eof()
+            # Unpaced: the whole stream in one write, headers and the chunked
+            # terminator coalesced with it (one awaited write per chunk caps
+            # aiohttp near 2,000 streams/s). The bytes on the wire are the same.
+            if reply.mark_nonce and reply.nonce:
+                state.clock.mark(reply.nonce)
+            await resp.write_eof(b"".join(events))
     except _GONE:
         state.counters["disconnects"] += 1
         rec["client_gone"] = True

@@ -24,6 +24,10 @@ DONE = b"data: [DONE]\n\n"
 FINGERPRINT = "fp_kstress"
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+# What _dumps does to a str (ensure_ascii=False), without the encoder's dispatch:
+# the hot paths below build the JSON of fixed-shape deltas around it.
+_str = json.encoder.encode_basestring
+_ROLE_DELTA = _dumps({"role": "assistant", "content": None})
 
 
 def new_id() -> str:
@@ -89,10 +93,14 @@ class Renderer:
         return f"data: {body}\n\n".encode()
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None, extra: str = "") -> bytes:
+        return self.chunk_json(_dumps(delta), finish_reason, extra)
+
+    def chunk_json(self, delta_json: str, finish_reason: str | None = None, extra: str = "") -> bytes:
+        """A chunk around a delta that is already JSON text."""
         cid = new_id() if self.per_chunk_id else self.id
         finish = "null" if finish_reason is None else _dumps(finish_reason)
         body = (
-            f'{{"id":"{cid}"{self._prefix_tail}{_dumps(delta)},"logprobs":null,'
+            f'{{"id":"{cid}"{self._prefix_tail}{delta_json},"logprobs":null,'
             f'"finish_reason":{finish}}}]{self._usage_tail}{extra}}}'
         )
         return self._event(body)
@@ -112,13 +120,14 @@ class Renderer:
         return self._event("[DONE]") if self.event_line else DONE
 
     def role(self) -> bytes:
-        return self.chunk({"role": "assistant", "content": None})
+        return self.chunk_json(_ROLE_DELTA)
 
     # --- whole replies ---------------------------------------------------
 
     def text_events(self, text: str, pieces: int, usage: dict[str, int] | None, done: bool = True) -> list[bytes]:
         events = [self.role()]
-        events.extend(self.chunk({"content": p}) for p in split_text(text, pieces))
+        chunk = self.chunk_json
+        events.extend(chunk(f'{{"content":{_str(p)}}}') for p in split_text(text, pieces))
         events.append(self.chunk({}, "stop"))
         if usage is not None and self.include_usage:
             events.append(self.usage_chunk(usage))
@@ -131,7 +140,19 @@ class Renderer:
         finish = "tool_calls"
         done = True
         if quirk is None:
-            events.extend(self.chunk({"tool_calls": [f]}) for f in fragments(calls))
+            chunk = self.chunk_json
+            for c in calls:
+                # byte for byte _dumps({"tool_calls": [f]}) of fragments(calls), built directly
+                events.append(
+                    chunk(
+                        f'{{"tool_calls":[{{"index":{c.index},"id":{_str(c.id)},"type":"function",'
+                        f'"function":{{"name":{_str(c.name)},"arguments":""}}}}]}}'
+                    )
+                )
+                events.extend(
+                    chunk(f'{{"tool_calls":[{{"index":{c.index},"function":{{"arguments":{_str(p)}}}}}]}}')
+                    for p in split_arguments(c.arguments)
+                )
         else:
             finish, done = self._quirk(events, calls, quirk)
             if finish is None:  # the quirk ended the stream itself

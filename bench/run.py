@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""`make bench`: streamed requests per second of the mock LLM against a floor.
+
+Three measurements, interleaved round by round (floor, text, batch, floor, ...)
+so that drift on a shared machine hits all three alike:
+
+  floor  bench/floor.py: a bare aiohttp handler that parses the body and writes
+         the mock's 20-chunk text reply, prebuilt, in one write
+  text   the real mock (`python -m harness mock --port 0`), a streamed
+         20-chunk text reply
+  batch  the real mock, a streamed 4-call tool batch (!batch4)
+
+Each server runs pinned to one CPU (taskset -c 1) and wrk to the other (-c 0),
+32 connections, POSTing the JSON body from a Lua script that gives every
+request its own nonce (as the harness does). Before measuring, one
+request to each is checked for a correct reply; a wrk run with non-2xx
+responses or socket errors invalidates the result. Medians and the ratio to
+the floor go to the terminal and to bench/out/ (json and md). wrk is installed
+with apt-get when missing.
+
+    bench/run.py [--rounds 3] [--duration 3] [--connections 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mock.markers import build_plan, compose, parse_text_verdict  # noqa: E402
+
+OUT = ROOT / "bench" / "out"
+TARGET_RATIO = 0.65
+READY_RE = re.compile(r"(?:mock|floor) listening on (http://[\d.]+:\d+)\n")
+NONCE = "bench"
+BODIES = {
+    "floor": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": compose(None, NONCE)}]},
+    "text": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": compose(None, NONCE)}]},
+    "batch": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": compose("!batch4", NONCE)}]},
+}
+
+
+class BenchError(Exception):
+    """A measurement that cannot be trusted; the message says why."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    rounds: int = 3
+    duration_s: int = 3
+    warmup_s: int = 1
+    connections: int = 32
+    server_cpu: str = "1"
+    wrk_cpu: str = "0"
+
+    def __post_init__(self) -> None:
+        if self.rounds < 2:
+            raise BenchError(f"--rounds {self.rounds}: use at least 2 (medians of interleaved rounds)")
+        if not 1 <= self.duration_s <= 60:
+            raise BenchError(f"--duration {self.duration_s}: use 1 to 60 seconds per measurement")
+        if not 1 <= self.connections <= 1000:
+            raise BenchError(f"--connections {self.connections}: use 1 to 1000")
+
+
+@dataclass
+class Sample:
+    name: str
+    round: int
+    rps: float
+    requests: int
+    non_2xx: int
+    socket_errors: dict[str, int] = field(default_factory=dict)
+
+
+# --- wrk ---------------------------------------------------------------------------
+
+
+def ensure_wrk() -> str:
+    path = shutil.which("wrk")
+    if path:
+        return path
+    print("bench: wrk is missing; installing it with apt-get (Debian package wrk)", flush=True)
+    cmd = ["apt-get", "install", "-y", "-qq", "wrk"]
+    if os.geteuid() != 0:
+        cmd = ["sudo", "-n", *cmd]
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
+        # a fresh machine may have no package lists yet
+        subprocess.run([*cmd[:-4], "apt-get", "update", "-qq"] if cmd[0] == "sudo" else ["apt-get", "update", "-qq"])
+        subprocess.run(cmd, stdout=subprocess.DEVNULL)
+    path = shutil.which("wrk")
+    if not path:
+        raise BenchError("wrk is not installed and `apt-get install -y wrk` failed; install wrk and run again")
+    return path
+
+
+def lua_script(name: str, body: dict) -> Path:
+    """A wrk script POSTing ``body`` with a fresh nonce per request, as the
+    harness does (identical inputs would let a server cache its replies)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(body, separators=(",", ":"))
+    head, sep, tail = data.partition(f"#{NONCE}")
+    assert sep and "]==]" not in data
+    path = OUT / f"post-{name}.lua"
+    path.write_text(
+        'wrk.method = "POST"\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f"local head = [==[{head}#{NONCE}]==]\n"
+        f"local tail = [==[{tail}]==]\n"
+        "local n = 0\n"
+        "request = function()\n"
+        "  n = n + 1\n"
+        "  return wrk.format(nil, nil, nil, head .. n .. tail)\n"
+        "end\n"
+    )
+    return path
+
+
+def run_wrk(wrk: str, url: str, lua: Path, seconds: int, settings: Settings) -> tuple[float, int, int, dict[str, int], str]:
+    cmd = [
+        "taskset", "-c", settings.wrk_cpu, wrk, "-t1", f"-c{settings.connections}", f"-d{seconds}s",
+        "--timeout", "5s", "-s", str(lua), url + "/v1/chat/completions",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30)
+    out = done.stdout
+    if done.returncode != 0:
+        raise BenchError(f"wrk exited {done.returncode}: {done.stderr.strip() or out.strip()}")
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    n = re.search(r"(\d+) requests in", out)
+    if not m or not n:
+        raise BenchError(f"cannot read wrk's output:\n{out}")
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = dict(zip(("connect", "read", "write", "timeout"), map(int, sock.groups()))) if sock else {}
+    return float(m.group(1)), int(n.group(1)), int(non2xx.group(1)) if non2xx else 0, errors, out
+
+
+# --- servers -------------------------------------------------------------------------
+
+
+class Server:
+    """A server subprocess pinned to one CPU; stopped SIGTERM -> SIGKILL on every path."""
+
+    def __init__(self, name: str, argv: list[str], cpu: str) -> None:
+        self.name = name
+        self.argv = ["taskset", "-c", cpu, *argv]
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def __enter__(self) -> "Server":
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            self.url = self._ready(15.0)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _ready(self, timeout: float) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        buf = b""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while b"\n" not in buf:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    raise BenchError(f"{self.name} did not start within {timeout} s: {self.argv} said {buf!r}")
+                if sel.select(min(left, 0.2)):
+                    buf += os.read(self.proc.stdout.fileno(), 4096)
+        m = READY_RE.fullmatch(buf.decode())
+        if not m:
+            raise BenchError(f"{self.name}: unexpected ready line {buf!r}")
+        return m.group(1)
+
+    def close(self) -> str:
+        """Stop it; its stderr, for the report."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return ""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        _, err = proc.communicate()
+        return err.decode(errors="replace")
+
+    def __exit__(self, *exc: object) -> None:
+        err = self.close()
+        if err.strip():
+            print(f"bench: {self.name} wrote to stderr:\n{err}", file=sys.stderr)
+
+
+# --- correctness before speed ----------------------------------------------------------
+
+
+def fetch(url: str, body: dict) -> bytes:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status != 200 or not resp.getheader("Content-Type", "").startswith("text/event-stream"):
+            raise BenchError(f"{url}: HTTP {resp.status} {resp.getheader('Content-Type')}: {data[:200]!r}")
+        return data
+    finally:
+        conn.close()
+
+
+def sse_chunks(raw: bytes) -> list[dict]:
+    text = raw.decode()
+    if not text.endswith("data: [DONE]\n\n"):
+        raise BenchError(f"stream does not end with [DONE]: {text[-100:]!r}")
+    events = text.split("\n\n")[:-2]
+    return [json.loads(e.removeprefix("data: ")) for e in events]
+
+
+def check_reply(name: str, raw: bytes) -> str:
+    chunks = sse_chunks(raw)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    if name in ("floor", "text"):
+        content = [d["content"] for d in deltas if d.get("content")]
+        if len(content) != 20:
+            raise BenchError(f"{name}: {len(content)} content chunks, want 20")
+        if name == "text" and parse_text_verdict("".join(content)) != NONCE:
+            raise BenchError(f"text: no `KST nonce={NONCE} plan=text ok` line in the reply")
+        return f"{len(chunks)} events, 20 content pieces"
+    calls: dict[int, dict] = {}
+    for d in deltas:
+        for f in d.get("tool_calls", []):
+            slot = calls.setdefault(f["index"], {"id": "", "name": "", "arguments": ""})
+            slot["id"] += f.get("id", "")
+            slot["name"] += f.get("function", {}).get("name", "")
+            slot["arguments"] += f.get("function", {}).get("arguments", "")
+    plan = build_plan(BODIES["batch"]["messages"][0]["content"])
+    want = {c.index: {"id": c.id, "name": c.name, "arguments": c.arguments} for c in plan.calls}
+    if calls != want:
+        raise BenchError(f"batch: the streamed calls differ from the plan:\n got {calls}\nwant {want}")
+    return f"{len(chunks)} events, {len(calls)} calls as planned"
+
+
+# --- the run ----------------------------------------------------------------------------
+
+
+def run(settings: Settings) -> dict:
+    wrk = ensure_wrk()
+    cpus = os.cpu_count() or 1
+    if cpus < 2:
+        raise BenchError(f"this machine has {cpus} CPU; the bench pins wrk and the server to two different CPUs")
+    luas = {name: lua_script(name, body) for name, body in BODIES.items()}
+    py = sys.executable
+    samples: list[Sample] = []
+    with Server("floor", [py, str(ROOT / "bench" / "floor.py"), "--port", "0"], settings.server_cpu) as floor, Server(
+        "mock", [py, "-m", "harness", "mock", "--port", "0"], settings.server_cpu
+    ) as mock:
+        urls = {"floor": floor.url, "text": mock.url, "batch": mock.url}
+        for name, url in urls.items():
+            print(f"bench: check {name:5s} {url}: {check_reply(name, fetch(url, BODIES[name]))}", flush=True)
+        for name, url in urls.items():  # warm-up, discarded
+            run_wrk(wrk, url, luas[name], settings.warmup_s, settings)
+        for rnd in range(settings.rounds):
+            for name, url in urls.items():
+                rps, n, non2xx, errors, out = run_wrk(wrk, url, luas[name], settings.duration_s, settings)
+                s = Sample(name, rnd, rps, n, non2xx, errors)
+                samples.append(s)
+                print(f"bench: round {rnd + 1}/{settings.rounds} {name:5s} {rps:9.0f} req/s", flush=True)
+                if non2xx or any(errors.values()):
+                    raise BenchError(f"{name} round {rnd + 1}: wrk saw {non2xx} non-2xx responses and socket errors {errors}:\n{out}")
+        # the mock still answers correctly after the load
+        check_reply("batch", fetch(mock.url, BODIES["batch"]))
+    medians = {name: statistics.median(s.rps for s in samples if s.name == name) for name in BODIES}
+    return {
+        "version": 1,
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": os.uname().nodename,
+        "python": sys.version.split()[0],
+        "settings": asdict(settings),
+        "samples": [asdict(s) for s in samples],
+        "median_rps": medians,
+        "ratio_to_floor": {name: medians[name] / medians["floor"] for name in ("text", "batch")},
+        "target_ratio": TARGET_RATIO,
+    }
+
+
+def table(result: dict) -> str:
+    med, ratio = result["median_rps"], result["ratio_to_floor"]
+    rows = [
+        "| measurement | median req/s | samples | ratio to floor |",
+        "|---|---:|---|---:|",
+    ]
+    label = {"floor": "floor (bare aiohttp, prebuilt reply)", "text": "mock: 20-chunk text stream", "batch": "mock: !batch4 tool stream"}
+    for name in ("floor", "text", "batch"):
+        samples = ", ".join(f"{s['rps']:.0f}" for s in result["samples"] if s["name"] == name)
+        r = "1.00" if name == "floor" else f"{ratio[name]:.2f}"
+        rows.append(f"| {label[name]} | {med[name]:.0f} | {samples} | {r} |")
+    s = result["settings"]
+    rows.append("")
+    rows.append(
+        f"wrk -t1 -c{s['connections']} -d{s['duration_s']}s pinned to CPU {s['wrk_cpu']}, servers to CPU "
+        f"{s['server_cpu']}; {s['rounds']} interleaved rounds; target ratio >= {result['target_ratio']}"
+    )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Mock LLM requests/s against a bare aiohttp floor (wrk).")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--duration", type=int, default=3, help="seconds per measurement (default 3)")
+    ap.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
+    args = ap.parse_args(argv)
+    try:
+        result = run(Settings(rounds=args.rounds, duration_s=args.duration, connections=args.connections))
+    except BenchError as exc:
+        print(f"bench: FAILED: {exc}", file=sys.stderr)
+        return 1
+    OUT.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    (OUT / f"bench-{stamp}.json").write_text(json.dumps(result, indent=2) + "\n")
+    text = table(result)
+    (OUT / f"bench-{stamp}.md").write_text(text + "\n")
+    print()
+    print(text)
+    short = [n for n, r in result["ratio_to_floor"].items() if r < TARGET_RATIO]
+    print(f"\nbench: results in {OUT}/bench-{stamp}.json")
+    if short:
+        print(f"bench: below the target ratio {TARGET_RATIO}: {', '.join(short)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
