@@ -227,7 +227,7 @@ class Kernel:
         self.dedup = Dedup(settings.dedup_window)
         self.llm = LLMClient(settings.llm_url, settings.model, settings.llm_timeout, ignore_index=settings.has("ignore-stream-index"))
         self.residents = procs.Residents(settings.data_dir, settings.max_residents, leak=settings.has("leak-children"))
-        self.media = procs.MediaWorker()
+        self.media = procs.MediaWorker(settings.data_dir)
         self.tools = Toolbox(settings, self.residents, self.media, self.broadcast)
         self.conns: set[Connection] = set()
         self._handlers: set[asyncio.Task] = set()

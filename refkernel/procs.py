@@ -163,7 +163,8 @@ class MediaWorker:
     """The image/OCR worker: a subprocess asked over a pipe (JSON lines).
     Started on first use, restarted if it died."""
 
-    def __init__(self, reply_timeout: float = 10.0) -> None:
+    def __init__(self, cwd: Path, reply_timeout: float = 10.0) -> None:
+        self._cwd = cwd
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task | None = None
         self._pending: dict[int, asyncio.Future] = {}
@@ -187,6 +188,7 @@ class MediaWorker:
                     sys.executable,
                     "-I",
                     str(WORKER_SCRIPT),
+                    cwd=self._cwd,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=_devnull(),
