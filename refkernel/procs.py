@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -91,6 +92,44 @@ def _devnull() -> int:
     return os.open(os.devnull, os.O_RDWR)
 
 
+class _Resident:
+    """A resident child watched through a pidfd. Started with plain Popen:
+    asyncio's subprocess transport kills its child when the loop closes, which
+    would hide the ``leak-children`` fault (and is not ours to rely on)."""
+
+    def __init__(self, name: str, popen: subprocess.Popen, on_exit: Callable[["_Resident"], None]) -> None:
+        self.name = name
+        self.popen = popen
+        self.pid = popen.pid
+        self.exited = asyncio.Event()
+        self._on_exit = on_exit
+        self._loop = asyncio.get_running_loop()
+        self._pidfd: int | None = os.pidfd_open(popen.pid)
+        self._loop.add_reader(self._pidfd, self._reap)
+
+    def _reap(self) -> None:
+        self.detach()
+        self.popen.wait()  # readable pidfd: it has exited, this does not block
+        self.exited.set()
+        self._on_exit(self)
+
+    def detach(self) -> None:
+        if self._pidfd is not None:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    async def stop(self, grace: float) -> None:
+        if not self.exited.is_set():
+            killpg(self.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.exited.wait(), grace)
+            except asyncio.TimeoutError:
+                killpg(self.pid, signal.SIGKILL)
+                await self.exited.wait()
+        killpg(self.pid, signal.SIGKILL)  # what it forked into its group
+
+
 class Residents:
     """Resident children: started by a tool, outlive their turn, killed at
     shutdown. Reaped (and forgotten) as soon as they exit on their own."""
@@ -99,61 +138,56 @@ class Residents:
         self._cwd = cwd
         self._limit = limit
         self._leak = leak
-        self._procs: dict[str, asyncio.subprocess.Process] = {}
-        self._reapers: set[asyncio.Task] = set()
+        self._procs: dict[str, _Resident] = {}
         self.started = 0
 
     def __len__(self) -> int:
         return len(self._procs)
 
     def listing(self) -> list[dict[str, Any]]:
-        return [{"name": n, "pid": p.pid} for n, p in self._procs.items()]
+        return [{"name": n, "pid": r.pid} for n, r in self._procs.items()]
 
-    async def start(self, name: str, argv: list[str]) -> asyncio.subprocess.Process:
+    async def start(self, name: str, argv: list[str]) -> _Resident:
         if name in self._procs:
             raise ValueError(f"a resident named {name!r} is already running (pid {self._procs[name].pid}); pick another name")
         if len(self._procs) >= self._limit:
             raise ValueError(f"{len(self._procs)} resident children are running, the limit is {self._limit} (--max-residents)")
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
+        popen = subprocess.Popen(
+            argv,
             cwd=self._cwd,
-            stdin=_devnull(),
-            stdout=_devnull(),
-            stderr=_devnull(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=preexec(not self._leak),
         )
-        self._procs[name] = proc
+        res = _Resident(name, popen, self._exited)
+        self._procs[name] = res
         self.started += 1
-        task = asyncio.ensure_future(self._reap(name, proc))
-        self._reapers.add(task)
-        task.add_done_callback(self._reapers.discard)
-        log.info("resident %s started: pid %d argv %s", name, proc.pid, argv)
-        return proc
+        log.info("resident %s started: pid %d argv %s", name, res.pid, argv)
+        return res
 
-    async def _reap(self, name: str, proc: asyncio.subprocess.Process) -> None:
-        rc = await proc.wait()
-        if self._procs.get(name) is proc:
-            del self._procs[name]
-        log.info("resident %s (pid %d) exited with %s", name, proc.pid, rc)
+    def _exited(self, res: _Resident) -> None:
+        if self._procs.get(res.name) is res:
+            del self._procs[res.name]
+        log.info("resident %s (pid %d) exited with %s", res.name, res.pid, res.popen.returncode)
 
     async def aclose(self, grace: float) -> None:
-        procs = list(self._procs.values())
+        residents = list(self._procs.values())
         if self._leak:
             # the fault: forget them, as a kernel without a shutdown hook does
-            log.warning("leak-children: leaving %d resident children running", len(procs))
+            log.warning("leak-children: leaving %d resident children running", len(residents))
+            for r in residents:
+                r.detach()
             self._procs.clear()
-        else:
-            await asyncio.gather(*(stop_process(p, grace) for p in procs))
-        for t in list(self._reapers):
-            t.cancel()
-        await asyncio.gather(*self._reapers, return_exceptions=True)
+            return
+        await asyncio.gather(*(r.stop(grace) for r in residents))
 
     def kill_now(self) -> None:
         """Last resort when the graceful path ran out of time."""
         if not self._leak:
-            for p in self._procs.values():
-                killpg(p.pid, signal.SIGKILL)
+            for r in self._procs.values():
+                killpg(r.pid, signal.SIGKILL)
 
 
 WORKER_SCRIPT = Path(__file__).with_name("_mediaworker.py")

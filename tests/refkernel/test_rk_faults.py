@@ -1,0 +1,140 @@
+"""Each --fault produces its bug, visibly, on the real kernel: the test shows
+the symptom a harness check must catch (the wrong verdict field, the orphan,
+the missing error frame, the duplicate executed twice, the overlap)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import psutil
+import pytest
+
+from conftest import await_until, procs_in
+from mock import markers
+from refkernel import FAULTS
+from rkclient import text_for
+
+TOOL_MS = 200
+
+
+async def _verdict(rk, fault: str | None, marker: str, tool_ms: int = TOOL_MS):
+    k = await rk(*(["--fault", fault] if fault else []), tool_ms=tool_ms)
+    conn = await k.connect()
+    text, n = text_for(marker)
+    turn = await conn.turn(text)
+    assert turn.kind == "response", turn.frames[-1]
+    v = turn.verdict
+    assert v is not None, turn.text
+    return turn, v, n
+
+
+def test_every_fault_has_a_test_here():
+    import pathlib
+
+    src = pathlib.Path(__file__).read_text()
+    missing = [f for f in FAULTS if f"test_fault_{f.replace('-', '_')}" not in src]
+    assert missing == []
+
+
+async def test_fault_ignore_stream_index(rk):
+    turn, v, _ = await _verdict(rk, "ignore-stream-index", "!batch4")
+    # one call carrying all four argument strings glued together
+    assert (v.expected, v.got, v.args) == (4, 1, False), v.format()
+    assert "not valid JSON" in turn.text
+
+
+async def test_fault_first_tool_only(rk):
+    _, v, _ = await _verdict(rk, "first-tool-only", "!batch4")
+    assert (v.expected, v.got, v.ids, v.args, v.order) == (4, 1, True, True, True), v.format()
+
+
+async def test_fault_completion_order(rk):
+    # Durations decrease with the index, so completion order is reversed --
+    # given steps well above process-spawn skew: at 1000 ms they are 10 ms
+    # apart (at the default 200 ms only 2 ms, and spawning can win the race).
+    turn, v, n = await _verdict(rk, "completion-order", "!slowbatch4:1000")
+    assert (v.got, v.order) == (4, False), v.format()
+    echoed = [line.split("_")[-1] for line in turn.text.splitlines() if line.startswith("--- call_")]
+    assert sorted(echoed) == ["0", "1", "2", "3"] and echoed != ["0", "1", "2", "3"], echoed
+
+
+async def test_fault_serial_tools(rk):
+    turn, v, n = await _verdict(rk, "serial-tools", "!slowbatch4")
+    assert v.all_ok  # the verdict alone cannot see it ...
+    assert turn.overlap(n) == 1  # ... the timestamps can: nothing ran at once
+    plan = markers.build_plan(turn.text_sent, tool_ms=TOOL_MS)
+    assert v.tool_ms is not None and v.tool_ms >= plan.serial_ms
+
+
+async def test_fault_always_parallel(rk):
+    turn, v, n = await _verdict(rk, "always-parallel", "!mixed4", tool_ms=TOOL_MS)
+    assert v.all_ok
+    # the knowledge_create in the middle did not force the batch serial
+    assert turn.overlap(n) > 1
+
+
+async def test_fault_drop_last_result(rk):
+    _, v, _ = await _verdict(rk, "drop-last-result", "!batch4")
+    assert (v.expected, v.got) == (4, 3), v.format()
+
+
+async def test_fault_swallow_tool_errors(rk):
+    turn, v, _ = await _verdict(rk, "swallow-tool-errors", "!img")
+    plan = markers.build_plan(turn.text_sent)
+    assert plan.expected_errors == 1
+    assert v.errors == 0, v.format()  # the expected failure was reported as a success
+    assert [f["ok"] for f in turn.tools if f["phase"] == "end"] == [True]
+    assert "no model loaded" in turn.text
+
+
+async def test_fault_no_dedup(rk):
+    k = await rk("--fault", "no-dedup")
+    conn = await k.connect()
+    text, _ = text_for("!batch2")
+    first, second = await conn.turn(text), await conn.turn(text)
+    for t in (first, second):  # the replayed input ran again, tools and all
+        assert t.terminal.get("duplicate") is None and t.verdict is not None and t.verdict.got == 2
+    s = await conn.stats()
+    assert (s["executed"], s["duplicates"], s["tool_calls"]) == (2, 0, 4)
+
+
+async def test_fault_leak_children(rk):
+    k = await rk("--fault", "leak-children")
+    k.allow_strays = True  # the orphan is the point; it is killed below either way
+    conn = await k.connect()
+    turn = await conn.turn(text_for("!resident")[0])
+    assert turn.verdict is not None and turn.verdict.all_ok
+    pid = (await conn.stats())["residents"][0]["pid"]
+    k.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(k.proc.wait(), 15) == 0  # a clean-looking exit ...
+    try:
+        orphan = psutil.Process(pid)
+        assert orphan.is_running() and orphan.status() != psutil.STATUS_ZOMBIE  # ... with an orphan behind
+        assert orphan.ppid() != k.pid
+        assert orphan in procs_in(k.data_dir)
+    finally:
+        for p in procs_in(k.data_dir):
+            p.kill()
+
+
+async def test_fault_hide_error_frames(rk):
+    k = await rk("--fault", "hide-error-frames")
+    conn = await k.connect()
+    for kind in ("500", "midstream"):
+        turn = await conn.turn(text_for(f"!err:{kind}")[0])
+        # no error frame: an empty answer, without a verdict line
+        assert [f["type"] for f in turn.frames if f["type"] == "error"] == []
+        assert turn.kind == "response" and turn.text == "" and turn.verdict is None
+    s = await conn.stats()
+    assert s["failed"] == 2
+
+
+@pytest.mark.parametrize("marker", ["!batch4", "!slowbatch4", "!mixed4", "!img"])
+async def test_without_faults_the_same_inputs_pass(rk, marker):
+    """The control: what the faults break is fine on a healthy kernel."""
+    turn, v, n = await _verdict(rk, None, marker)
+    plan = markers.build_plan(turn.text_sent, tool_ms=TOOL_MS)
+    assert v.all_ok and v.errors == plan.expected_errors, v.format()
+    if plan.timed_calls:
+        assert turn.overlap(n) == (1 if plan.serial_required else len(plan.calls))
