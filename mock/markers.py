@@ -52,8 +52,8 @@ QUIRKS = (
 MARKERS: dict[str, tuple[bool, int]] = {
     "batch": (True, 0),
     "mixed": (True, 1),
-    "slowbatch": (True, 1),
-    "serialbatch": (True, 1),
+    "slowbatch": (True, 2),
+    "serialbatch": (True, 2),
     "img": (False, 0),
     "ocr": (False, 0),
     "resident": (False, 0),
@@ -197,11 +197,18 @@ def _ms_arg(marker: Marker, default: int) -> int:
     return int(raw)
 
 
-def slow_durations(n: int, ms: int) -> list[int]:
-    """Sleep of each slow call: decreasing with the index, so that concurrent
-    completion order is the reverse of declared order. The step is 1% of MS so
-    that the ideal speedup (sum / max) stays within a few percent of N."""
-    step = max(1, ms // 100)
+def default_step(ms: int) -> int:
+    """5% of MS (10 ms at 200 ms): larger than the few milliseconds a kernel
+    takes to start each tool one after another, so that concurrent completion
+    order really comes out reversed."""
+    return max(1, ms // 20)
+
+
+def slow_durations(n: int, ms: int, step: int | None = None) -> list[int]:
+    """Sleep of each slow call: MS + (N-1-i)*STEP, decreasing with the index,
+    so that concurrent completion order is the reverse of declared order.
+    STEP 0 gives equal sleeps: the ideal speedup is then exactly N (abtest)."""
+    step = default_step(ms) if step is None else step
     return [ms + (n - 1 - i) * step for i in range(n)]
 
 
@@ -219,18 +226,21 @@ def build_plan(
         return Plan(kind="text", nonce=nonce)
     name = marker.name
 
+    roles = catalog.roles
+
     def call(i: int, role: str, sleep_ms: int | None = None) -> Call:
-        r = catalog[role]
+        r = roles[role]
+        # positional: this runs once per call on the mock's hot path
         return Call(
-            index=i,
-            id=f"call_{nonce}_{i}",
-            name=r.name,
-            arguments=r.render(nonce, i, sleep_ms or 0),
-            role=role,
-            parallel_safe=r.parallel_safe,
-            sleep_ms=sleep_ms,
-            expect=r.expected_substrings(nonce, i),
-            expect_error=r.expect_error,
+            i,  # index
+            f"call_{nonce}_{i}",  # id
+            r.name,
+            r.render(nonce, i, sleep_ms or 0),  # arguments
+            role,
+            r.parallel_safe,
+            sleep_ms,
+            r.expected_substrings(nonce, i),  # expect
+            r.expect_error,
         )
 
     calls: list[Call] = []
@@ -247,7 +257,13 @@ def build_plan(
     elif name in ("slowbatch", "serialbatch"):
         n = marker.count or 0
         ms = _ms_arg(marker, tool_ms)
-        calls = [call(i, "slow", d) for i, d in enumerate(slow_durations(n, ms))]
+        step = None
+        if len(marker.args) > 1:
+            raw = marker.args[1]
+            if not raw.isdigit() or int(raw) > ms:
+                raise MarkerError(f"marker {marker.token!r}: step {raw!r} must be whole milliseconds from 0 to MS ({ms})")
+            step = int(raw)
+        calls = [call(i, "slow", d) for i, d in enumerate(slow_durations(n, ms, step))]
         if name == "serialbatch":
             calls.append(call(n, "writer"))
     elif name in ("img", "ocr", "resident", "notify"):

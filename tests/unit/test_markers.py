@@ -93,7 +93,8 @@ def test_markers_parse(text: str, name: str, count, args) -> None:
         ("!batch65", "count 65 is out of range"),
         ("!img2", "takes no count"),
         ("!batch2:5", "takes at most 0 ':' argument(s)"),
-        ("!slowbatch2:5:6", "takes at most 1"),
+        ("!slowbatch2:5:6:7", "takes at most 2"),
+        ("!slowbatch2:5:6", "step '6' must be whole milliseconds from 0 to MS (5)"),
         ("!slowbatch2:", "empty ':' argument"),
         ("!batch2 !batch3", "holds 2 markers (!batch2, !batch3)"),
         ("!slowbatch2:0", "duration '0' must be whole milliseconds from 1 to 600000"),
@@ -137,21 +138,25 @@ def test_batch_plan(n: int) -> None:
 
 
 def test_slow_durations_decrease_with_the_index() -> None:
-    assert slow_durations(4, 200) == [206, 204, 202, 200]
-    assert slow_durations(3, 50) == [52, 51, 50]  # step is at least 1 ms
+    assert slow_durations(4, 200) == [230, 220, 210, 200]  # default step: 5% of MS
+    assert slow_durations(3, 10) == [12, 11, 10]  # step is at least 1 ms
     assert slow_durations(1, 999) == [999]
-    assert slow_durations(2, 1000) == [1010, 1000]
+    assert slow_durations(2, 1000) == [1050, 1000]
+    assert slow_durations(3, 200, 0) == [200, 200, 200]  # STEP 0: equal sleeps, ideal speedup N
 
 
 def test_slowbatch_plan() -> None:
     plan = build_plan("!slowbatch4:100 #sb")
-    assert [c.sleep_ms for c in plan.calls] == [103, 102, 101, 100]
+    assert [c.sleep_ms for c in plan.calls] == [115, 110, 105, 100]
     assert {c.name for c in plan.calls} == {"cmd_run"}
     cmd = json.loads(plan.calls[1].arguments)["command"]
-    assert cmd == "printf 'KST-S sb 1 %s\\n' \"$(date +%s%N)\"; sleep 0.102; printf 'KST-E sb 1 %s\\n' \"$(date +%s%N)\""
+    assert cmd == "printf 'KST-S sb 1 %s\\n' \"$(date +%s%N)\"; sleep 0.110; printf 'KST-E sb 1 %s\\n' \"$(date +%s%N)\""
     assert not plan.serial_required
-    assert plan.concurrent_ms == 103 and plan.serial_ms == 406
-    assert plan.ideal_speedup == pytest.approx(406 / 103)
+    assert plan.concurrent_ms == 115 and plan.serial_ms == 430
+    assert plan.ideal_speedup == pytest.approx(430 / 115)
+    # an explicit STEP; 0 gives equal sleeps and an ideal speedup of exactly N
+    assert [c.sleep_ms for c in build_plan("!slowbatch3:100:2 #s").calls] == [104, 102, 100]
+    assert build_plan("!slowbatch4:100:0 #s").ideal_speedup == 4.0
     assert plan.timed_calls == plan.calls
     # default base sleep, and the tool_ms argument of build_plan
     assert build_plan("!slowbatch2 #d").calls[1].sleep_ms == 200
