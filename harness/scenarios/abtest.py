@@ -8,7 +8,8 @@ line: end of the tool-call stream to the arrival of the results). A round
 whose verdict failed is invalid -- reported, never a sample. When the serial
 control did not run serially (observed overlap > 1) the speedup is refused.
 speedup = median(serial) / median(concurrent), bounded by N (exactly: by the
-plan's sum/max of sleeps, reported as `ideal`).
+plan's sum/max of sleeps, reported as `ideal`; abtest uses equal sleeps,
+STEP 0, so the bound is N).
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ class AbtestSettings:
             raise UsageError(f"--tool-ms {self.tool_ms} is invalid: use 1 to {MS_MAX}")
 
 
-def markers_for(n: int, tool_ms: int | None) -> tuple[str, str]:
-    suffix = f":{tool_ms}" if tool_ms else ""
-    return f"!slowbatch{n}{suffix}", f"!serialbatch{n}{suffix}"
+def markers_for(n: int, tool_ms: int) -> tuple[str, str]:
+    """Equal sleeps (STEP 0): the speedup's bound is then exactly N."""
+    return f"!slowbatch{n}:{tool_ms}:0", f"!serialbatch{n}:{tool_ms}:0"
 
 
 def summarize_abtest(rows: list[dict[str, Any]], ns: tuple[int, ...], rounds: int, tool_ms: int) -> dict[str, Any]:
@@ -77,7 +78,7 @@ def summarize_abtest(rows: list[dict[str, Any]], ns: tuple[int, ...], rounds: in
         ok = not reasons
         speedup, lo, hi = bootstrap_ratio(samples["serial"], samples["concurrent"]) if ok else (None, None, None)
         cm, sm = bootstrap_median(samples["concurrent"]), bootstrap_median(samples["serial"])
-        plan = build_plan(f"!slowbatch{n}:{tool_ms} #x")
+        plan = build_plan(f"{markers_for(n, tool_ms)[0]} #x")
         table.append(
             {
                 "n": n,
@@ -130,7 +131,7 @@ async def run_abtest(settings: AbtestSettings, access: Access) -> RunResult:
         progress.start()
         try:
             for n in settings.ns:
-                a, b = markers_for(n, settings.tool_ms)
+                a, b = markers_for(n, tool_ms)
                 for rnd in range(settings.rounds):
                     order = ((a, "concurrent"), (b, "serial"))
                     if rnd % 2:

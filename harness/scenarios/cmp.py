@@ -221,7 +221,7 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
                     await seqs[v].turn(f"!slowbatch{s.n}", kind="cmp", dim="batch", round=rnd)
             for rnd in range(s.rounds):
                 for v in order(rnd):
-                    arms = (("concurrent", f"!slowbatch{s.n}"), ("serial", f"!serialbatch{s.n}"))
+                    arms = (("concurrent", f"!slowbatch{s.n}:{s.tool_ms}:0"), ("serial", f"!serialbatch{s.n}:{s.tool_ms}:0"))
                     for arm, marker in arms if rnd % 2 == 0 else arms[::-1]:
                         await seqs[v].turn(marker, kind="cmp", dim="concurrency", round=rnd, arm=arm)
             for rnd in range(s.bombard_rounds):

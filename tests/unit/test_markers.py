@@ -138,22 +138,23 @@ def test_batch_plan(n: int) -> None:
 
 
 def test_slow_durations_decrease_with_the_index() -> None:
-    assert slow_durations(4, 200) == [230, 220, 210, 200]  # default step: 5% of MS
-    assert slow_durations(3, 10) == [12, 11, 10]  # step is at least 1 ms
+    assert slow_durations(4, 200) == [275, 250, 225, 200]  # default step: MS/8, at least 25 ms
+    assert slow_durations(3, 50) == [100, 75, 50]
+    assert slow_durations(2, 4) == [8, 4]  # ... but never more than MS
     assert slow_durations(1, 999) == [999]
-    assert slow_durations(2, 1000) == [1050, 1000]
+    assert slow_durations(2, 1000) == [1125, 1000]
     assert slow_durations(3, 200, 0) == [200, 200, 200]  # STEP 0: equal sleeps, ideal speedup N
 
 
 def test_slowbatch_plan() -> None:
     plan = build_plan("!slowbatch4:100 #sb")
-    assert [c.sleep_ms for c in plan.calls] == [115, 110, 105, 100]
+    assert [c.sleep_ms for c in plan.calls] == [175, 150, 125, 100]
     assert {c.name for c in plan.calls} == {"cmd_run"}
     cmd = json.loads(plan.calls[1].arguments)["command"]
-    assert cmd == "printf 'KST-S sb 1 %s\\n' \"$(date +%s%N)\"; sleep 0.110; printf 'KST-E sb 1 %s\\n' \"$(date +%s%N)\""
+    assert cmd == "printf 'KST-S sb 1 %s\\n' \"$(date +%s%N)\"; sleep 0.150; printf 'KST-E sb 1 %s\\n' \"$(date +%s%N)\""
     assert not plan.serial_required
-    assert plan.concurrent_ms == 115 and plan.serial_ms == 430
-    assert plan.ideal_speedup == pytest.approx(430 / 115)
+    assert plan.concurrent_ms == 175 and plan.serial_ms == 550
+    assert plan.ideal_speedup == pytest.approx(550 / 175)
     # an explicit STEP; 0 gives equal sleeps and an ideal speedup of exactly N
     assert [c.sleep_ms for c in build_plan("!slowbatch3:100:2 #s").calls] == [104, 102, 100]
     assert build_plan("!slowbatch4:100:0 #s").ideal_speedup == 4.0

@@ -1,0 +1,88 @@
+"""Bad input gets a clear error naming the value, the rule and the fix."""
+
+import json
+
+import pytest
+
+from harness.errors import UsageError
+from harness.results import RunDir, load_run
+from harness.scenarios.abtest import AbtestSettings
+from harness.scenarios.stress import StressSettings, parse_mix
+from harness.target import TargetSpec, load_target, spec_from_command
+
+
+def test_parse_mix_weights_and_errors():
+    assert parse_mix("!batch4:3,!slowbatch2:1,text:1") == (("!batch4", 3), ("!slowbatch2", 1), ("text", 1))
+    assert parse_mix("!slowbatch2:300:2") == (("!slowbatch2:300", 2),)
+    assert parse_mix("!batch4") == (("!batch4", 1),)
+    for bad, words in [("!nope4:1", "unknown marker"), ("batch4", "expected a marker"), ("!batch99", "out of range"), ("", "empty"), ("!batch4:0", "weight")]:
+        with pytest.raises(UsageError, match=words):
+            parse_mix(bad)
+
+
+def test_settings_validate_each_field():
+    with pytest.raises(UsageError, match="--conns 0"):
+        StressSettings(conns=0)
+    with pytest.raises(UsageError, match="over the"):
+        StressSettings(conns=20000, inputs=100)
+    with pytest.raises(UsageError, match="--n 65"):
+        AbtestSettings(ns=(65,))
+
+
+def test_target_toml(tmp_path):
+    exe = tmp_path / "k"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    f = tmp_path / "t.toml"
+    f.write_text(
+        '[target]\nbin = "./k"\nargv = ["{bin}", "serve", "--sock={socket}", "--llm", "{llm_url}"]\n'
+        'env = { RUST_LOG = "info" }\nstop_signal = "SIGINT"\n[target.config]\nfile = "k.toml"\ntemplate = "url = \\"{llm_url}\\""\n'
+    )
+    spec = load_target(f)
+    assert spec.bin == str(exe) and spec.check_binary() == exe
+    argv = spec.render_argv({"bin": "B", "socket": "S", "llm_url": "U", "data_dir": "D", "token": "T", "run_dir": "R", "config": "C"})
+    assert argv == ["B", "serve", "--sock=S", "--llm", "U"]
+    assert spec.env["RUST_LOG"] == "info" and spec.stop_signal.name == "SIGINT"
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("[target\nbin=1", "malformed TOML"),
+        ('[target]\nbin = "/bin/true"\nargv = ["{bin}", "{sockett}"]', "unknown placeholder {sockett}"),
+        ('[target]\nbin = "/bin/true"\nstop_signal = "SIGNOPE"', "not a signal name"),
+        ('[target]\nbin = "/bin/true"\nfoo = 1', "unknown keys"),
+        ('bin = "/bin/true"', "needs a [target] table"),
+    ],
+)
+def test_bad_target_files(tmp_path, body, words):
+    f = tmp_path / "t.toml"
+    f.write_text(body)
+    with pytest.raises(UsageError, match=words.replace("[", r"\[").replace("{", r"\{").replace("}", r"\}")):
+        load_target(f)
+
+
+def test_binary_checks(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        TargetSpec(bin=str(tmp_path / "missing")).check_binary()
+    f = tmp_path / "plain"
+    f.write_text("x")
+    with pytest.raises(UsageError, match="not executable"):
+        TargetSpec(bin=str(f)).check_binary()
+    spec = spec_from_command("refkernel --fault serial-tools")
+    assert spec.bin.endswith("refkernel") and spec.extra_args == ("--fault", "serial-tools")
+
+
+def test_run_dirs_are_fresh_and_loader_refuses_unknown_schema(tmp_path):
+    a, b = RunDir("stress", tmp_path), RunDir("stress", tmp_path)
+    assert a.path != b.path
+    a.turn({"x": 1})
+    a.finish({"scenario": "stress"})
+    doc, rows = load_run(a.path)
+    assert doc["schema"] == "kstress.run/1" and rows == [{"x": 1}]
+    b.finish({"scenario": "stress"})
+    data = json.loads((b.path / "run.json").read_text())
+    data["schema"] = "kstress.run/99"
+    (b.path / "run.json").write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="kstress.run/99"):
+        load_run(b.path)
