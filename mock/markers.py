@@ -14,6 +14,7 @@ At most one marker per message. A message without a marker gets a text reply.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -159,20 +160,25 @@ def nonce_for(text: str) -> str:
 
 
 def parse_marker(text: str) -> Marker | None:
-    found = list(_MARKER_RE.finditer(text))
+    found = _MARKER_RE.findall(text)
     if not found:
         return None
     if len(found) > 1:
-        tokens = ", ".join(m.group(0) for m in found)
+        tokens = ", ".join(f"!{name}{count}{args}" for name, count, args in found)
         raise MarkerError(f"the message holds {len(found)} markers ({tokens}); use at most one marker per message")
-    m = found[0]
-    token = m.group(0)
-    name = m.group(1)
+    name, count, args = found[0]
+    return _marker(f"!{name}{count}{args}", name, count, args)
+
+
+# A pure function of the token, memoised: the mock parses the same few tokens
+# (!batch4, !slowbatch8:200, ...) for every input. Bad tokens raise and are not kept.
+@functools.lru_cache(maxsize=4096)
+def _marker(token: str, name: str, raw_count: str, raw_args: str) -> Marker:
     if name not in MARKERS:
         raise MarkerError(f"unknown marker {token!r}; known markers: {', '.join('!' + k for k in MARKERS)}")
     takes_count, max_args = MARKERS[name]
-    count: int | None = int(m.group(2)) if m.group(2) else None
-    args = tuple(a for a in m.group(3).split(":")[1:])
+    count: int | None = int(raw_count) if raw_count else None
+    args = tuple(raw_args.split(":")[1:])
     if takes_count and count is None:
         raise MarkerError(f"marker {token!r} needs a count: !{name}N with N from {N_MIN} to {N_MAX}, e.g. !{name}4")
     if not takes_count and count is not None:
@@ -236,7 +242,7 @@ def build_plan(
             i,  # index
             f"call_{nonce}_{i}",  # id
             r.name,
-            r.render(nonce, i, sleep_ms or 0),  # arguments
+            r.render_safe(nonce, i, sleep_ms or 0),  # arguments (nonce_for's nonces are JSON-safe)
             role,
             r.parallel_safe,
             sleep_ms,

@@ -189,7 +189,9 @@ async def _chat(request: web.Request, settings: MockSettings, state: MockState, 
     model = body.get("model") if isinstance(body.get("model"), str) and body.get("model") else settings.model
     user_text = message_text(messages[user_at].get("content"))
     followup = isinstance(messages[-1], dict) and messages[-1].get("role") == "tool"
-    rec.update(stream=stream, n_messages=len(messages), followup=followup)
+    rec["stream"] = stream
+    rec["n_messages"] = len(messages)
+    rec["followup"] = followup
 
     if settings.script is not None:
         reply = _scripted(settings.script, rec)
@@ -202,7 +204,9 @@ async def _chat(request: web.Request, settings: MockSettings, state: MockState, 
             rec["error"] = str(exc)
             return _json_error(400, str(exc), param="messages", code="kstress_marker")
         reply = _planned(plan, messages, user_at, followup, settings, state)
-        rec.update(plan=plan.kind, nonce=plan.nonce, marker=plan.marker)
+        rec["plan"] = plan.kind
+        rec["nonce"] = plan.nonce
+        rec["marker"] = plan.marker
     state.plans[reply.plan_kind] += 1
     if reply.verdict:
         rec["verdict"] = reply.verdict
@@ -232,16 +236,18 @@ async def _chat(request: web.Request, settings: MockSettings, state: MockState, 
         include_usage=include_usage,
         per_chunk_id=plan is not None and plan.quirk == "per_chunk_id",
         event_line="message" if plan is not None and plan.quirk == "event_line" else None,
+        coalesce=not settings.chunk_delay_ms,
     )
     events = _events(renderer, reply, plan, messages, settings)
-    if plan is not None and plan.kind == "err" and reply.verdict is None:
+    fault = plan is not None and plan.kind == "err" and reply.verdict is None
+    if fault:
         state.counters["errors_injected"] += 1  # midstream / disconnect / malformed
     resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
     try:
         await resp.prepare(request)
         if settings.ttft_ms:
             await asyncio.sleep(settings.ttft_ms / 1000)
-        if wire.CUT in events:
+        if fault and wire.CUT in events:
             head = events[: events.index(wire.CUT)]
             await resp.write(b"".join(head))
             state.counters["disconnects_injected"] += 1
@@ -342,8 +348,9 @@ def _planned(plan: Plan, messages: list, user_at: int, followup: bool, settings:
 
 
 def _events(renderer: wire.Renderer, reply: _Reply, plan: Plan | None, messages: list, settings: MockSettings) -> list[bytes]:
-    completion_chars = len(reply.content or "") + sum(len(c.arguments) for c in reply.calls)
-    usage = _usage(messages, completion_chars) if renderer.include_usage else None
+    usage = None
+    if renderer.include_usage:
+        usage = _usage(messages, len(reply.content or "") + sum(len(c.arguments) for c in reply.calls))
     if plan is not None and plan.kind == "err" and reply.verdict is None:
         # midstream / disconnect / malformed: start a real tool call, then fail
         events = [renderer.role()]
