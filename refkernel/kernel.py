@@ -20,7 +20,6 @@ import os
 import socket
 import stat
 import time
-from pathlib import Path
 from typing import Any
 
 from . import procs

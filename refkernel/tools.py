@@ -13,7 +13,6 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from . import procs

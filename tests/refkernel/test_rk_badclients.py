@@ -9,7 +9,7 @@ import socket
 
 import psutil
 
-from conftest import await_until, procs_in
+from rkhelpers import await_until, procs_in
 from mock import markers
 from rkclient import KernelConn, open_unix, text_for
 

@@ -10,7 +10,7 @@ import signal
 import psutil
 import pytest
 
-from conftest import await_until, procs_in
+from rkhelpers import procs_in
 from mock import markers
 from refkernel import FAULTS
 from rkclient import text_for

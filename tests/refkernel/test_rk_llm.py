@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import await_until
+from rkhelpers import await_until
 from mock import MockServer, MockSettings
 from rkclient import text_for
 

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from conftest import await_until, procs_in
+from rkhelpers import await_until, procs_in
 from rkclient import KernelConn, text_for
 
 

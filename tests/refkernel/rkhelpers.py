@@ -1,0 +1,142 @@
+"""Helpers for the reference kernel's tests: the real kernel as a subprocess
+on a real unix socket, and deadline-bounded waits.
+
+Every kernel started here is stopped with SIGTERM at teardown, and then the
+fixture looks for any process still working in the kernel's data directory
+(where tools and resident children run): one found is killed and fails the
+test, so "no process survives the kernel" is checked by every test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mock import MockServer
+
+from rkclient import KernelConn
+
+TOKEN = "tok"
+
+
+def procs_in(path: Path) -> list[psutil.Process]:
+    """Processes whose working directory is ``path`` (or below it)."""
+    found = []
+    root = str(path)
+    for p in psutil.process_iter(["cwd"]):
+        cwd = p.info.get("cwd")
+        if cwd and (cwd == root or cwd.startswith(root + os.sep)) and p.pid != os.getpid():
+            found.append(p)
+    return found
+
+
+def wait_until(cond, timeout: float, what: str, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+async def await_until(cond, timeout: float, what: str, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await cond() if asyncio.iscoroutinefunction(cond) else cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@dataclass
+class KernelProc:
+    proc: asyncio.subprocess.Process
+    socket: Path
+    data_dir: Path
+    log: Path
+    argv: list[str]
+    mock: MockServer | None = None
+    token: str = TOKEN
+    allow_strays: bool = False
+    conns: list[KernelConn] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr(self) -> str:
+        try:
+            return self.log.read_text()[-4000:]
+        except OSError:
+            return ""
+
+    async def connect(self, auth: bool = True, token: str | None = None) -> KernelConn:
+        conn = await KernelConn.open(self.socket, token=self.token if token is None else token, auth=auth)
+        self.conns.append(conn)
+        return conn
+
+    async def stats(self) -> dict[str, Any]:
+        async with await KernelConn.open(self.socket, token=self.token) as c:
+            return await c.stats()
+
+    async def terminate(self, timeout: float = 15) -> int:
+        """SIGTERM and wait for the exit; the exit code."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            raise AssertionError(f"refkernel did not exit within {timeout} s of SIGTERM; stderr:\n{self.stderr()}") from None
+
+    async def aclose(self) -> None:
+        for c in self.conns:
+            await c.aclose()
+        if self.proc.returncode is None:
+            await self.terminate()
+        strays = procs_in(self.data_dir)
+        for p in strays:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        if strays and not self.allow_strays:
+            raise AssertionError(f"processes survived the kernel: {[(p.pid, p.info) for p in strays]}")
+
+
+async def start_kernel(
+    llm_url: str, args: list[str], base: Path, token: str | None = TOKEN, ready_timeout: float = 20
+) -> KernelProc:
+    sock_dir = Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))
+    socket_path = sock_dir / "k.sock"
+    data_dir = base / "data"
+    log = base / f"kernel-{time.monotonic_ns()}.log"
+    argv = [sys.executable, "-m", "refkernel", "--socket", str(socket_path), "--llm-url", llm_url,
+            "--data-dir", str(data_dir), *(["--token", token] if token else []), *args]
+    with open(log, "wb") as err:
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=err)
+    kp = KernelProc(proc=proc, socket=socket_path, data_dir=data_dir, log=log, argv=argv, token=token or TOKEN)
+    kp._sock_dir = sock_dir  # type: ignore[attr-defined]
+    assert proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), ready_timeout)
+    except asyncio.TimeoutError:
+        await kp.aclose()
+        raise AssertionError(f"refkernel not ready within {ready_timeout} s; stderr:\n{kp.stderr()}") from None
+    if not line.startswith(b"refkernel listening on"):
+        await proc.wait()
+        raise AssertionError(f"refkernel did not start (exit {proc.returncode}); stderr:\n{kp.stderr()}")
+    return kp
