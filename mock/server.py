@@ -22,7 +22,7 @@ from aiohttp import web
 from . import wire
 from .catalog import DEFAULT_CATALOG, Catalog
 from .errors import ConfigError, MarkerError
-from .markers import MS_MAX, Call, Plan, build_plan, text_verdict
+from .markers import MS_MAX, Call, Plan, build_plan, find_nonce, parse_marker, text_verdict
 from .script import Script
 from .verdict import StreamClock, check, latest_user_index, message_text, verdict_text
 
@@ -80,6 +80,9 @@ class MockState:
     hanging: int = 0
     started: float = field(default_factory=time.time)
     log: IO[str] | None = None
+    # (marker token, nonce length) -> _Shape, or None when it cannot be templated;
+    # a pure function of the settings, so reset() keeps it
+    shapes: dict[tuple[str | None, int], "_Shape | None"] = field(default_factory=dict)
 
     def reset(self) -> None:
         self.counters.clear()
@@ -98,6 +101,7 @@ class MockState:
             "inflight": self.inflight,
             "hanging": self.hanging,
             "nonces_tracked": len(self.clock),
+            "shapes_cached": sum(1 for v in self.shapes.values() if v is not None),
             **dict(self.counters),
             "plans": dict(self.plans),
         }
@@ -193,6 +197,20 @@ async def _chat(request: web.Request, settings: MockSettings, state: MockState, 
     rec["n_messages"] = len(messages)
     rec["followup"] = followup
 
+    if stream and not followup and settings.script is None and not settings.chunk_delay_ms:
+        found = _shape_for(user_text, settings, state)
+        if found is not None:
+            shape, nonce = found
+            rec["plan"] = shape.kind
+            rec["nonce"] = nonce
+            rec["marker"] = shape.marker
+            state.plans[shape.kind] += 1
+            renderer = wire.Renderer(model=model, include_usage=include_usage, coalesce=True)
+            usage = _usage(messages, shape.completion_chars) if include_usage else None
+            body_ = shape.template.fill(nonce, renderer.head, renderer.tail).encode()
+            events = renderer.close_events([body_], shape.finish, usage)
+            return await _send(request, events, settings, state, rec, nonce if shape.has_tools else None)
+
     if settings.script is not None:
         reply = _scripted(settings.script, rec)
         plan: Plan | None = None
@@ -242,6 +260,20 @@ async def _chat(request: web.Request, settings: MockSettings, state: MockState, 
     fault = plan is not None and plan.kind == "err" and reply.verdict is None
     if fault:
         state.counters["errors_injected"] += 1  # midstream / disconnect / malformed
+    mark = reply.nonce if reply.mark_nonce and reply.nonce else None
+    return await _send(request, events, settings, state, rec, mark, fault)
+
+
+async def _send(
+    request: web.Request,
+    events: list[bytes],
+    settings: MockSettings,
+    state: MockState,
+    rec: dict[str, Any],
+    mark: str | None,
+    fault: bool = False,
+) -> web.StreamResponse:
+    """Stream ``events``; ``mark`` is the nonce whose tool-call stream ends here."""
     resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
     try:
         await resp.prepare(request)
@@ -262,20 +294,93 @@ async def _chat(request: web.Request, settings: MockSettings, state: MockState, 
                 if k:
                     await asyncio.sleep(delay)
                 await resp.write(ev)
-            if reply.mark_nonce and reply.nonce:
-                state.clock.mark(reply.nonce)
+            if mark:
+                state.clock.mark(mark)
             await resp.write_eof()
         else:
             # Unpaced: the whole stream in one write, headers and the chunked
             # terminator coalesced with it (one awaited write per chunk caps
             # aiohttp near 2,000 streams/s). The bytes on the wire are the same.
-            if reply.mark_nonce and reply.nonce:
-                state.clock.mark(reply.nonce)
+            if mark:
+                state.clock.mark(mark)
             await resp.write_eof(b"".join(events))
     except _GONE:
         state.counters["disconnects"] += 1
         rec["client_gone"] = True
     return resp
+
+
+# --- the hot path: replies templated per shape -----------------------------------
+
+SHAPE_KINDS = frozenset({"text", "batch", "mixed", "slowbatch", "serialbatch", "img", "ocr", "resident", "notify"})
+SHAPE_CAPACITY = 1024
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Everything a first (non-follow-up) streamed reply to one marker needs,
+    for every nonce of one length: the plan's kind, the stream template, and
+    the numbers that do not depend on the nonce's characters."""
+
+    kind: str
+    marker: str | None
+    template: wire.StreamTemplate
+    finish: str
+    has_tools: bool
+    completion_chars: int
+
+
+def _shape_for(user_text: str, settings: MockSettings, state: MockState) -> tuple[_Shape, str] | None:
+    """The cached shape of this message's reply and its nonce, or None when the
+    reply must be built the general way (no explicit nonce, a bad marker, a
+    fault/hang/quirk marker, a nonce longer than 64)."""
+    nonce = find_nonce(user_text)
+    if nonce is None:
+        return None
+    try:
+        marker = parse_marker(user_text)
+    except MarkerError:
+        return None  # the general path answers 400
+    key = (marker.token if marker is not None else None, len(nonce))
+    shape = state.shapes.get(key, _MISSING)
+    if shape is _MISSING:
+        shape = _build_shape(marker.token if marker is not None else None, len(nonce), settings)
+        if len(state.shapes) < SHAPE_CAPACITY:
+            state.shapes[key] = shape
+    return None if shape is None else (shape, nonce)  # type: ignore[return-value]
+
+
+def _build_shape(token: str | None, length: int, settings: MockSettings) -> _Shape | None:
+    # build_plan depends on the message only through its marker and its nonce,
+    # so "TOKEN #nonce" stands for every message with that marker
+    def plan_for(nonce: str) -> Plan:
+        return build_plan(f"{token or ''} #{nonce}", settings.catalog, settings.tool_ms, settings.mixed_ms)
+
+    def render(nonce: str) -> list[str]:
+        plan = plan_for(nonce)
+        if plan.calls:
+            return wire.tool_deltas(plan.calls)
+        return wire.text_deltas(_text_reply(plan.nonce), settings.text_chunks)
+
+    try:
+        plan = plan_for(wire.NONCE_ALPHABET[:length])
+    except MarkerError:
+        return None
+    if plan.kind not in SHAPE_KINDS or plan.quirk is not None:
+        return None
+    template = wire.StreamTemplate.build(render, length)
+    if template is None:
+        return None
+    chars = sum(len(c.arguments) for c in plan.calls) if plan.calls else len(_text_reply(plan.nonce))
+    return _Shape(
+        kind=plan.kind,
+        marker=plan.marker,
+        template=template,
+        finish="tool_calls" if plan.calls else "stop",
+        has_tools=bool(plan.calls),
+        completion_chars=chars,
+    )
 
 
 def _nonstream_fault(request: web.Request, plan: Plan, state: MockState) -> web.StreamResponse:
@@ -340,11 +445,15 @@ def _planned(plan: Plan, messages: list, user_at: int, followup: bool, settings:
         if plan.quirk == "finish_stop":
             reply.finish = "stop"
         return reply
-    reply.content = (
-        f"This is the kstress mock LLM answering input {plan.nonce}. It streams its reply in pieces "
-        f"so that a kernel's delta handling is exercised.\n{text_verdict(plan.nonce)}"
-    )
+    reply.content = _text_reply(plan.nonce)
     return reply
+
+
+def _text_reply(nonce: str) -> str:
+    return (
+        f"This is the kstress mock LLM answering input {nonce}. It streams its reply in pieces "
+        f"so that a kernel's delta handling is exercised.\n{text_verdict(nonce)}"
+    )
 
 
 def _events(renderer: wire.Renderer, reply: _Reply, plan: Plan | None, messages: list, settings: MockSettings) -> list[bytes]:

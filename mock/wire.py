@@ -16,7 +16,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .markers import Call
 
@@ -82,6 +82,113 @@ def split_text(text: str, pieces: int) -> list[str]:
         out.append(text[pos : pos + step])
         pos += step
     return out
+
+
+def text_deltas(text: str, pieces: int) -> list[str]:
+    """The JSON deltas of a text reply: role, then the text in pieces."""
+    deltas = [_ROLE_DELTA]
+    deltas += ['{"content":' + _str(p) + "}" for p in split_text(text, pieces)]
+    return deltas
+
+
+def tool_deltas(calls: Sequence[Call]) -> list[str]:
+    """The JSON deltas of a correct tool-call stream: role, then per call a
+    named header fragment and its argument pieces. Byte for byte
+    _dumps({"tool_calls": [f]}) for f in fragments(calls), built directly."""
+    deltas = [_ROLE_DELTA]
+    for c in calls:
+        idx = str(c.index)
+        deltas.append(
+            '{"tool_calls":[{"index":' + idx + ',"id":' + _str(c.id) + ',"type":"function","function":{"name":'
+            + _str(c.name) + ',"arguments":""}}]}'
+        )
+        cont = '{"tool_calls":[{"index":' + idx + ',"function":{"arguments":'
+        deltas += [cont + _str(p) + "}}]}" for p in split_arguments(c.arguments)]
+    return deltas
+
+
+NONCE_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+
+
+class StreamTemplate:
+    """The framed deltas of one reply *shape* with the nonce left as holes.
+
+    Every input carries its own nonce, but inputs with the same marker and the
+    same nonce length get replies that differ only in the nonce's characters
+    (and the per-response id/created/model). The template is found by
+    rendering the reply with two probe nonces that differ at every position
+    and keeping what they share; :meth:`fill` then gives, for any nonce of that
+    length, exactly what rendering it would (checked at build time against a
+    third render). A nonce cut in two by the argument splitter is two holes.
+
+    Holes are control characters \\x01..\\x1f and deltas are separated by
+    NUL: JSON text never holds those raw, so filling is a few ``str.replace``
+    calls on a string that stays as narrow as the reply itself.
+    """
+
+    __slots__ = ("length", "_text", "_holes")
+
+    _SEP = "\x00"
+    _MAX_HOLES = 31  # \x01..\x1f
+
+    def __init__(self, length: int, text: str, holes: tuple[tuple[str, int, int], ...]) -> None:
+        self.length = length
+        self._text = text
+        self._holes = holes
+
+    def fill(self, nonce: str, head: str, tail: str) -> str:
+        """head + (tail + head).join(deltas) + tail, for this nonce."""
+        text = self._text
+        for mark, a, b in self._holes:
+            text = text.replace(mark, nonce[a:b])
+        return head + text.replace(self._SEP, tail + head) + tail
+
+    @classmethod
+    def build(cls, render: Callable[[str], list[str]], length: int) -> "StreamTemplate | None":
+        """The template of ``render`` (nonce -> deltas) for nonces of
+        ``length``; None when the reply depends on the nonce other than by
+        copying its characters (then it cannot be templated)."""
+        if not 1 <= length <= len(NONCE_ALPHABET):
+            return None
+        x1 = NONCE_ALPHABET[:length]
+        x2 = (NONCE_ALPHABET[1:] + NONCE_ALPHABET[:1])[:length]
+        d1, d2 = render(x1), render(x2)
+        if len(d1) != len(d2) or any(min(d, default=" ") < " " for d in d1):
+            return None  # different event counts, or raw control characters (not JSON text)
+        where = {c: j for j, c in enumerate(x1)}
+        holes: dict[tuple[int, int], str] = {}
+        parts: list[str] = []
+        for k_delta, (a, b) in enumerate(zip(d1, d2)):
+            if len(a) != len(b):
+                return None
+            if k_delta:
+                parts.append(cls._SEP)
+            k, n = 0, len(a)
+            while k < n:
+                if a[k] == b[k]:
+                    start = k
+                    while k < n and a[k] == b[k]:
+                        k += 1
+                    parts.append(a[start:k])
+                    continue
+                j0 = where.get(a[k])
+                if j0 is None or b[k] != x2[j0]:
+                    return None
+                j = j0
+                while k < n and j < length and a[k] == x1[j] and b[k] == x2[j]:
+                    k += 1
+                    j += 1
+                mark = holes.setdefault((j0, j), chr(1 + len(holes)))
+                if len(holes) > cls._MAX_HOLES:
+                    return None
+                parts.append(mark)
+        template = cls(length, "".join(parts), tuple((mark, a, b) for (a, b), mark in holes.items()))
+        # the proof: a third nonce, rendered for real, comes out the same
+        x3 = NONCE_ALPHABET[::-1][:length]
+        for x, d in ((x1, d1), (x2, d2), (x3, render(x3))):
+            if template.fill(x, "<H>", "<T>") != "<H>" + "<T><H>".join(d) + "<T>":
+                return None
+        return template
 
 
 @dataclass
@@ -156,32 +263,39 @@ class Renderer:
 
     # --- whole replies ---------------------------------------------------
 
+    @property
+    def head(self) -> str:
+        """What precedes a delta in a plain chunk (for StreamTemplate.fill)."""
+        return self._head
+
+    @property
+    def tail(self) -> str:
+        """What follows a delta in a plain non-final chunk."""
+        return self._tail
+
+    def close_events(self, body: list[bytes], finish: str, usage: dict[str, int] | None) -> list[bytes]:
+        """``body`` followed by the finish chunk, the usage chunk (when asked
+        for) and [DONE]: the end every complete reply shares."""
+        body.append(self.chunk_json("{}", finish))
+        if usage is not None and self.include_usage:
+            body.append(self.usage_chunk(usage))
+        body.append(self.done())
+        return body
+
     def text_events(self, text: str, pieces: int, usage: dict[str, int] | None, done: bool = True) -> list[bytes]:
-        deltas = [_ROLE_DELTA]
-        deltas += ['{"content":' + _str(p) + "}" for p in split_text(text, pieces)]
-        events = self._frame(deltas)
+        events = self._frame(text_deltas(text, pieces))
+        if done:
+            return self.close_events(events, "stop", usage)
         events.append(self.chunk_json("{}", "stop"))
         if usage is not None and self.include_usage:
             events.append(self.usage_chunk(usage))
-        if done:
-            events.append(self.done())
         return events
 
     def tool_events(self, calls: Sequence[Call], usage: dict[str, int] | None, quirk: str | None = None) -> list[bytes]:
         finish = "tool_calls"
         done = True
         if quirk is None:
-            deltas = [_ROLE_DELTA]
-            for c in calls:
-                # byte for byte _dumps({"tool_calls": [f]}) for f in fragments(calls), built directly
-                idx = str(c.index)
-                deltas.append(
-                    '{"tool_calls":[{"index":' + idx + ',"id":' + _str(c.id) + ',"type":"function","function":{"name":'
-                    + _str(c.name) + ',"arguments":""}}]}'
-                )
-                cont = '{"tool_calls":[{"index":' + idx + ',"function":{"arguments":'
-                deltas += [cont + _str(p) + "}}]}" for p in split_arguments(c.arguments)]
-            events = self._frame(deltas)
+            return self.close_events(self._frame(tool_deltas(calls)), finish, usage)
         else:
             events = [self.role()]
             finish, done = self._quirk(events, calls, quirk)
