@@ -46,45 +46,57 @@ class Reply:
 
 
 class _Accumulator:
-    """Robust: fragments are keyed by ``index``; a fragment without one (a
-    known provider quirk) continues the last call unless it brings a new id."""
+    """Robust: fragments are keyed by ``index``; a fragment that brings a new
+    ``id`` starts a new call even at a used index (providers that send every
+    call as index 0), and one without an index (another quirk) continues the
+    last call unless it brings a new id."""
 
     def __init__(self) -> None:
-        self.calls: dict[int, ToolCall] = {}
-        self._parts: dict[int, list[str]] = {}
+        self._calls: list[ToolCall] = []  # in the order they started
+        self._parts: list[list[str]] = []
+        self._at: dict[int, int] = {}  # stream index -> position in _calls
         self._last: int | None = None
+
+    def _new(self, index: int) -> int:
+        self._calls.append(ToolCall(index=index))
+        self._parts.append([])
+        self._at[index] = len(self._calls) - 1
+        return len(self._calls) - 1
 
     def add(self, frag: dict[str, Any]) -> None:
         fn = frag.get("function") if isinstance(frag.get("function"), dict) else {}
         fid = frag.get("id") if isinstance(frag.get("id"), str) and frag.get("id") else None
         idx = frag.get("index")
-        if not isinstance(idx, int) or isinstance(idx, bool):
-            last = self.calls.get(self._last) if self._last is not None else None
-            if last is None or (fid is not None and last.id and last.id != fid):
-                idx = max(self.calls, default=-1) + 1
-            else:
-                idx = self._last
-        call = self.calls.get(idx)
-        if call is None:
-            call = self.calls[idx] = ToolCall(index=idx)
-            self._parts[idx] = []
+        if isinstance(idx, int) and not isinstance(idx, bool):
+            pos = self._at.get(idx)
+            if pos is None or (fid is not None and self._calls[pos].id not in ("", fid)):
+                pos = self._new(idx)
+        else:
+            pos = self._last
+            if pos is None or (fid is not None and self._calls[pos].id not in ("", fid)):
+                pos = self._new(max(self._at, default=-1) + 1)
+        call = self._calls[pos]
         if fid is not None and not call.id:
             call.id = fid
         name = fn.get("name")
         if isinstance(name, str) and name and not call.name:
             call.name = name  # providers that repeat the name must not make it "lookuplookup"
         args = fn.get("arguments")
-        if isinstance(args, str):
-            self._parts[idx].append(args)
-        elif isinstance(args, dict):
-            self._parts[idx].append(json.dumps(args))
-        self._last = idx
+        if isinstance(args, dict):
+            args = json.dumps(args)
+        if isinstance(args, str) and args:
+            parts = self._parts[pos]
+            if parts == ["{}"] and fid is None:
+                parts.clear()  # a "{}" placeholder in the first fragment, the real arguments after it
+            parts.append(args)
+        self._last = pos
 
     def result(self) -> list[ToolCall]:
         out = []
-        for n, idx in enumerate(sorted(self.calls)):
-            call = self.calls[idx]
-            call.arguments = "".join(self._parts[idx])
+        order = sorted(range(len(self._calls)), key=lambda p: (self._calls[p].index, p))
+        for n, pos in enumerate(order):
+            call = self._calls[pos]
+            call.arguments = "".join(self._parts[pos])
             call.id = call.id or f"call_refkernel_{n}"
             out.append(call)
         return out

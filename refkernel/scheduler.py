@@ -165,6 +165,9 @@ class Scheduler:
     async def _worker(self) -> None:
         while True:
             job = await self._next()
+            if getattr(job.conn, "closed", False):
+                job.state = "done"  # handed over just as its client left
+                continue
             # asyncio.wait, not await: stopping a worker must not cancel the turn
             # (shutdown ends turns itself, with an error frame each).
             await asyncio.wait([self._start(job)])

@@ -138,3 +138,14 @@ async def test_without_faults_the_same_inputs_pass(rk, marker):
     assert v.all_ok and v.errors == plan.expected_errors, v.format()
     if plan.timed_calls:
         assert turn.overlap(n) == (1 if plan.serial_required else len(plan.calls))
+
+
+async def test_turn_loop_is_bounded(rk):
+    # drop-last-result on a one-call batch sends no result at all: the model
+    # asks again and again; the turn ends after --max-steps with an error frame
+    k = await rk("--fault", "drop-last-result", "--max-steps", "3")
+    conn = await k.connect()
+    turn = await conn.turn(text_for("!batch1")[0])
+    assert turn.error_code == "max_steps", turn.frames[-1]
+    assert "--max-steps" in turn.terminal["message"]
+    assert k.mock.state.counters["requests"] == 3

@@ -68,3 +68,29 @@ async def test_observed_overlap(rk, marker, overlap):
     else:
         # concurrent: about one tool's time (generous bound: shared 2-core machine)
         assert plan.concurrent_ms <= v.tool_ms < plan.serial_ms, v.format()
+
+
+async def test_max_parallel_tools_caps_the_overlap(rk):
+    k = await rk("--max-parallel-tools", "2", tool_ms=TOOL_MS)
+    conn = await k.connect()
+    text, n = text_for("!slowbatch4")
+    turn = await conn.turn(text)
+    assert turn.verdict is not None and turn.verdict.all_ok
+    assert turn.overlap(n) == 2
+
+
+async def test_every_wire_quirk_is_parsed(rk):
+    """The LLM client accumulates tool calls the way robust clients do: every
+    quirk of the mock's catalogue yields the planned calls (midstream_error is
+    a failure by design: it must end the turn with an error frame)."""
+    k = await rk()
+    conn = await k.connect()
+    wrong = {}
+    for quirk in markers.QUIRKS:
+        turn = await conn.turn(text_for(f"!quirk:{quirk}")[0])
+        if quirk == "midstream_error":
+            if turn.error_code != "llm_error":
+                wrong[quirk] = turn.frames[-1]
+        elif turn.verdict is None or not turn.verdict.all_ok:
+            wrong[quirk] = turn.verdict.format() if turn.verdict else turn.frames[-1]
+    assert wrong == {}

@@ -1,0 +1,182 @@
+"""In-process tests of the kernel's parts (the other files drive the real
+process): the stream accumulators, the tools' limits, the batch rule, dedup."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from refkernel.llm import ToolCall, _Accumulator, _NaiveAccumulator
+from refkernel.procs import MediaWorker, Residents
+from refkernel.scheduler import Dedup
+from refkernel.settings import KernelSettings
+from refkernel.tools import MAX_OUTPUT, Toolbox
+from rkhelpers import procs_in
+
+
+def frag(index=None, id_=None, name=None, args=None):
+    f = {"function": {}}
+    if index is not None:
+        f["index"] = index
+    if id_ is not None:
+        f["id"] = id_
+        f["type"] = "function"
+    if name is not None:
+        f["function"]["name"] = name
+    if args is not None:
+        f["function"]["arguments"] = args
+    return f
+
+
+def calls(acc, frags):
+    for f in frags:
+        acc.add(f)
+    return [(c.id, c.name, c.arguments) for c in acc.result()]
+
+
+def test_accumulator_interleaved_by_index():
+    frags = [
+        frag(0, "a", "lookup", ""), frag(1, "b", "cmd_run", ""),
+        frag(0, args='{"key":'), frag(1, args='{"command":'), frag(0, args='"x"}'), frag(1, args='"ls"}'),
+    ]
+    assert calls(_Accumulator(), frags) == [("a", "lookup", '{"key":"x"}'), ("b", "cmd_run", '{"command":"ls"}')]
+
+
+def test_accumulator_quirks():
+    # every call at index 0, each with its own id
+    assert calls(_Accumulator(), [frag(0, "a", "f", ""), frag(0, args="{}"), frag(0, "b", "g", ""), frag(0, args='{"k":1}')]) == [
+        ("a", "f", "{}"), ("b", "g", '{"k":1}')]
+    # no index at all
+    assert calls(_Accumulator(), [frag(None, "a", "f", '{"x"'), frag(None, args=":1}"), frag(None, "b", "g", "{}")]) == [
+        ("a", "f", '{"x":1}'), ("b", "g", "{}")]
+    # a "{}" placeholder before the real arguments; the name repeated; arguments as an object
+    assert calls(_Accumulator(), [frag(0, "a", "f", "{}"), frag(0, name="f", args='{"k"'), frag(0, args=":2}")]) == [("a", "f", '{"k":2}')]
+    assert calls(_Accumulator(), [frag(0, "a", "f", {"k": 3})]) == [("a", "f", '{"k": 3}')]
+    # no id at all: one is made up, unique per call
+    got = calls(_Accumulator(), [frag(0, None, "f", "{}"), frag(1, None, "g", "{}")])
+    assert [c[0] for c in got] == ["call_refkernel_0", "call_refkernel_1"]
+
+
+def test_naive_accumulator_glues_every_call_into_the_first():
+    frags = [frag(0, "a", "lookup", ""), frag(0, args='{"k":0}'), frag(1, "b", "lookup", ""), frag(1, args='{"k":1}')]
+    assert calls(_NaiveAccumulator(), frags) == [("a", "lookup", '{"k":0}{"k":1}')]
+
+
+@pytest.fixture
+async def toolbox(tmp_path: Path):
+    made = []
+
+    async def make(*faults: str, **kw) -> Toolbox:
+        s = KernelSettings(socket=tmp_path / "k.sock", llm_url="http://127.0.0.1:9/v1", data_dir=tmp_path / "data",
+                           faults=frozenset(faults), **kw)
+        s.data_dir.mkdir(exist_ok=True)
+        res, media = Residents(s.data_dir, s.max_residents, leak=False), MediaWorker(s.data_dir)
+        made.append((res, media))
+        return Toolbox(s, res, media, broadcast=lambda frame: 0)
+
+    yield make
+    for res, media in made:
+        await res.aclose(1.0)
+        await media.aclose(1.0)
+
+
+def call(tool: str, /, **args) -> ToolCall:
+    return ToolCall(index=0, id="c0", name=tool, arguments=json.dumps(args))
+
+
+async def test_cmd_run_output_status_and_error_convention(toolbox):
+    tb = await toolbox()
+    ok = await tb.run(call("cmd_run", command="echo hi; echo there >&2"))
+    assert (ok.ok, ok.content) == (True, "hi\nthere\n")
+    bad = await tb.run(call("cmd_run", command="echo partial; exit 3"))
+    assert not bad.ok and bad.content.startswith("ERROR: command exited with status 3") and "partial" in bad.content
+    # a successful output that reads like an error is marked as output
+    looks_bad = await tb.run(call("cmd_run", command="echo error: not really"))
+    assert looks_bad.ok and looks_bad.content.startswith("output:\n")
+    big = await tb.run(call("cmd_run", command="head -c 300000 /dev/zero | tr '\\0' a"))
+    assert big.ok and big.content.count("a") == MAX_OUTPUT and "bytes of output dropped" in big.content
+
+
+async def test_cmd_run_timeout_kills_the_whole_group(toolbox, tmp_path):
+    tb = await toolbox(tool_timeout=0.5)
+    t0 = time.monotonic()
+    res = await tb.run(call("cmd_run", command="sleep 30 & sleep 30; echo never"))
+    assert time.monotonic() - t0 < 5
+    assert not res.ok and "timed out after 0.5 s" in res.content
+    assert procs_in(tmp_path / "data") == []  # the backgrounded sleep too
+
+
+async def test_tool_argument_errors(toolbox):
+    tb = await toolbox()
+    cases = [
+        (ToolCall(0, "c", "nope", "{}"), "unknown tool 'nope'"),
+        (ToolCall(0, "c", "lookup", '{"key":'), "not valid JSON"),
+        (ToolCall(0, "c", "lookup", "[1]"), "must be a JSON object"),
+        (call("lookup", key=5), "argument 'key' must be a string"),
+        (call("knowledge_create", title="../etc/passwd", content="x"), "not usable as a file name"),
+        (call("resident_start", name="r", argv=[]), "argv must be a non-empty list"),
+    ]
+    for c, message in cases:
+        res = await tb.run(c)
+        assert not res.ok and res.content.startswith("ERROR: ") and message in res.content, (c, res.content)
+
+
+async def test_swallow_tool_errors_reports_failure_as_success(toolbox):
+    tb = await toolbox("swallow-tool-errors")
+    res = await tb.run(call("cmd_run", command="exit 4"))
+    assert res.ok and not res.content.startswith("ERROR") and "status 4" in res.content
+
+
+async def test_knowledge_create_writes_file_and_index(toolbox, tmp_path):
+    tb = await toolbox()
+    for title in ("kst-a-1", "kst-a-2", "kst-a-1"):
+        res = await tb.run(call("knowledge_create", title=title, content=f"about {title}\n"))
+        assert res.ok and title in res.content
+    assert (tmp_path / "data/knowledge/kst-a-2.md").read_text() == "about kst-a-2\n"
+    assert (tmp_path / "data/knowledge/INDEX").read_text() == "kst-a-1\nkst-a-2\n"
+
+
+async def test_resident_names_are_unique_and_bounded(toolbox):
+    tb = await toolbox(max_residents=1)
+    first = await tb.run(call("resident_start", name="r1", argv=["sleep", "60"]))
+    assert first.ok and "pid" in first.content
+    again = await tb.run(call("resident_start", name="r1", argv=["sleep", "60"]))
+    assert not again.ok and "already running" in again.content
+    more = await tb.run(call("resident_start", name="r2", argv=["sleep", "60"]))
+    assert not more.ok and "--max-residents" in more.content
+    missing = await tb.run(call("resident_start", name="r3", argv=["/no/such/binary"]))
+    assert not missing.ok
+
+
+@pytest.mark.parametrize(
+    "faults, names, serial",
+    [
+        ((), ["lookup"], True),
+        ((), ["lookup", "cmd_run"], False),
+        ((), ["cmd_run", "knowledge_create", "cmd_run"], True),
+        ((), ["lookup", "mystery"], True),
+        (("serial-tools",), ["lookup", "lookup"], True),
+        (("always-parallel",), ["cmd_run", "knowledge_create"], False),
+        (("always-parallel",), ["knowledge_create"], True),
+    ],
+)
+async def test_batch_rule(toolbox, faults, names, serial):
+    tb = await toolbox(*faults)
+    assert tb.serial([ToolCall(i, f"c{i}", n, "{}") for i, n in enumerate(names)]) is serial
+
+
+def test_dedup_window_and_capacity(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("refkernel.scheduler.time.monotonic", lambda: now[0])
+    d = Dedup(window=10, capacity=2)
+    d.remember("a")
+    assert d.seen("a") and not d.seen("b")
+    now[0] += 10.5
+    assert not d.seen("a")
+    for t in ("x", "y", "z"):
+        d.remember(t)
+    assert len(d) == 2 and not d.seen("x") and d.seen("z")
+    assert not Dedup(window=0).seen("a")
