@@ -118,8 +118,8 @@ class StreamTemplate:
     (and the per-response id/created/model). The template is found by
     rendering the reply with two probe nonces that differ at every position
     and keeping what they share; :meth:`fill` then gives, for any nonce of that
-    length, exactly what rendering it would (checked at build time against a
-    third render). A nonce cut in two by the argument splitter is two holes.
+    length, exactly what rendering it would (checked at build time against
+    two more renders). A nonce cut in two by the argument splitter is two holes.
 
     Holes are control characters \\x01..\\x1f and deltas are separated by
     NUL: JSON text never holds those raw, so filling is a few ``str.replace``
@@ -183,9 +183,11 @@ class StreamTemplate:
                     return None
                 parts.append(mark)
         template = cls(length, "".join(parts), tuple((mark, a, b) for (a, b), mark in holes.items()))
-        # the proof: a third nonce, rendered for real, comes out the same
-        x3 = NONCE_ALPHABET[::-1][:length]
-        for x, d in ((x1, d1), (x2, d2), (x3, render(x3))):
+        # the proof: two more nonces that mix every character class, rendered
+        # for real, come out the same
+        x3 = "".join(NONCE_ALPHABET[(7 * j + 29) % 64] for j in range(length))
+        x4 = "".join(NONCE_ALPHABET[(13 * j + 62) % 64] for j in range(length))
+        for x, d in ((x1, d1), (x2, d2), (x3, render(x3)), (x4, render(x4))):
             if template.fill(x, "<H>", "<T>") != "<H>" + "<T><H>".join(d) + "<T>":
                 return None
         return template

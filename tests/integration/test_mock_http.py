@@ -331,3 +331,43 @@ def test_text_chunks_setting(start_mock) -> None:
     m = start_mock(text_chunks=5)
     chunks = m.chat(compose(None, "five")).chunks()
     assert len(chunks) == 1 + 5 + 1
+
+
+# --- the templated hot path gives the same bytes as the general path ------------------
+
+SHAPE_TEXTS = [
+    "plain text #t1",
+    "!batch1 #n",
+    "run !batch4 now #abcdefgh",
+    "!batch64 #Z9_-long-nonce-0123456789",
+    "!mixed5 #mx1",
+    "!slowbatch3:40 #s-1",
+    "!serialbatch2:30:0 #sb",
+    "!img #i1",
+    "!ocr #o1",
+    "!resident #r1",
+    "!notify #nt",
+]
+
+
+def _normalised(raw: bytes) -> bytes:
+    import re
+
+    return re.sub(rb'"created":\d+', b'"created":0', re.sub(rb"chatcmpl-[0-9a-f]{24}", b"chatcmpl-X", raw))
+
+
+@pytest.mark.parametrize("include_usage", [False, True], ids=["plain", "usage"])
+def test_templated_replies_equal_the_general_path(start_mock, include_usage: bool) -> None:
+    fast = start_mock()  # unpaced: first streamed replies come from the per-shape template
+    general = start_mock(chunk_delay_ms=1)  # paced: always rendered the general way
+    for text in SHAPE_TEXTS:
+        a = fast.chat(text, include_usage=include_usage)
+        b = general.chat(text, include_usage=include_usage)
+        assert a.status == b.status == 200
+        assert _normalised(a.body) == _normalised(b.body), text
+    # a second nonce of the same length reuses the shape; the first built it
+    cached = fast.stats()["shapes_cached"]
+    assert cached == len(SHAPE_TEXTS)
+    assert _normalised(fast.chat("run !batch4 now #zyxwvuts").body) == _normalised(general.chat("run !batch4 now #zyxwvuts").body)
+    assert fast.stats()["shapes_cached"] == cached
+    assert general.stats()["shapes_cached"] == 0

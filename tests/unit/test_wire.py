@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -164,3 +165,60 @@ def test_error_body_and_event() -> None:
     }
     ev = wire.error_event("boom", code="internal_error")
     assert json.loads(ev[6:-2]) == {"error": {"message": "boom", "type": "server_error", "param": None, "code": "internal_error"}}
+
+
+# --- coalescing and the per-shape stream template -------------------------------------
+
+
+def test_coalesced_events_are_the_same_bytes() -> None:
+    calls = build_plan("!batch3 #co").calls
+    kw = dict(model="m", id="chatcmpl-x", created=1, include_usage=True)
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    plain, joined = wire.Renderer(**kw), wire.Renderer(coalesce=True, **kw)
+    assert b"".join(plain.tool_events(calls, usage)) == b"".join(joined.tool_events(calls, usage))
+    assert len(joined.tool_events(calls, usage)) < len(plain.tool_events(calls, usage))
+    assert b"".join(plain.text_events("some text", 7, usage)) == b"".join(joined.text_events("some text", 7, usage))
+
+
+def _framed(deltas: list[str], head: str = "<H>", tail: str = "<T>") -> str:
+    return head + (tail + head).join(deltas) + tail
+
+
+@pytest.mark.parametrize("marker", ["!batch1", "!batch4", "!mixed5", "!slowbatch3:40", "!serialbatch2", "!img", "!notify"])
+@pytest.mark.parametrize("length", [1, 2, 7, 13, 64])
+def test_stream_template_fills_like_a_render(marker: str, length: int) -> None:
+    render = lambda nonce: wire.tool_deltas(build_plan(f"{marker} #{nonce}").calls)  # noqa: E731
+    template = wire.StreamTemplate.build(render, length)
+    assert template is not None and template.length == length
+    rng = random.Random(length)
+    for _ in range(5):
+        nonce = "".join(rng.choice(wire.NONCE_ALPHABET) for _ in range(length))
+        assert template.fill(nonce, "<H>", "<T>") == _framed(render(nonce))
+
+
+def test_stream_template_of_a_text_reply() -> None:
+    render = lambda nonce: wire.text_deltas(f"answering {nonce}; KST nonce={nonce} plan=text ok", 20)  # noqa: E731
+    template = wire.StreamTemplate.build(render, 10)
+    assert template is not None
+    assert template.fill("abcdefghij", "H", "T") == _framed(render("abcdefghij"), "H", "T")
+
+
+@pytest.mark.parametrize(
+    "render",
+    [
+        lambda nonce: ['{"content":"' + nonce.upper() + '"}'],  # not a copy of the characters
+        lambda nonce: ['{"content":"' + "".join(sorted(nonce)) + '"}'],  # reordered
+        lambda nonce: ['{"content":"x"}'] * (2 if nonce[0] == "A" else 3),  # event count depends on it
+        lambda nonce: ['{"content":"' + nonce + '\x01"}'],  # a raw control character: not JSON text
+    ],
+    ids=["upper", "sorted", "count", "control"],
+)
+def test_stream_template_refuses_what_it_cannot_reproduce(render) -> None:
+    assert wire.StreamTemplate.build(render, 6) is None
+
+
+def test_stream_template_length_limits() -> None:
+    render = lambda nonce: ['{"content":"' + nonce + '"}']  # noqa: E731
+    assert wire.StreamTemplate.build(render, 0) is None
+    assert wire.StreamTemplate.build(render, 65) is None
+    assert wire.StreamTemplate.build(render, 64) is not None
