@@ -96,12 +96,13 @@ class SandboxError(UsageError):
         self.errno = errno
         if hint is None and errno is not None:
             hint = _HINTS.get(mechanism, {}).get(errno)
-        message = f"sandbox mechanism {mechanism!r} failed: {reason}"
-        if errno is not None and errno_mod.errorcode.get(errno, "") not in reason:
-            message += f" ({errno_mod.errorcode.get(errno, 'errno')} {errno})"
+        detail = reason
+        if errno is not None and "[Errno" not in reason:
+            detail += f" [Errno {errno}] {os.strerror(errno)}"
         if hint:
-            message += f" — {hint}"
-        super().__init__(message)
+            detail += f" — {hint}"
+        self.detail = detail
+        super().__init__(f"sandbox mechanism {mechanism!r} failed: {detail}")
 
 
 # --------------------------------------------------------------------------- /proc helpers
@@ -236,21 +237,21 @@ def default_lock_dir() -> Path:
     return Path(f"/tmp/kstress-{os.geteuid()}")
 
 
-def _ensure_lock_dir(path: Path) -> Path:
+def _ensure_lock_dir(path: Path, mechanism: str) -> Path:
     """Create the lock dir 0700, refusing one someone else controls (a planted
     /tmp/kstress-<uid> could otherwise feed us lock files and records)."""
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(path)
     except OSError as e:
-        raise SandboxError("auto", f"cannot create lock dir {path}: {e.strerror}", e.errno,
+        raise SandboxError(mechanism, f"cannot create lock dir {path}: {e.strerror}", e.errno,
                            hint="pass lock_dir= a directory you own") from e
     if not stat.S_ISDIR(st.st_mode):
-        raise SandboxError("auto", f"lock dir {path} is not a directory (a symlink?)",
+        raise SandboxError(mechanism, f"lock dir {path} is not a directory (a symlink?)",
                            hint="remove it or pass lock_dir= a directory you own")
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise SandboxError(
-            "auto",
+            mechanism,
             f"lock dir {path} is owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}; "
             f"it must be owned by uid {os.geteuid()} and not group/world writable",
             hint="remove it or pass lock_dir= a directory you own",
@@ -361,8 +362,8 @@ def _sweep_one(lock_dir: Path, name: str, prefix: str, is_root: bool) -> bool:
         if is_root and os.path.lexists(netns_path):
             _clean_netns(name)
         elif record.get("mechanism") == "userns" and record.get("net_inode") and record.get("user_inode"):
-            # An unnamed namespace cannot be pinned once its holder is gone: both
-            # inodes must match, and the user namespace must be this uid's.
+            # An unnamed namespace cannot be pinned once its holder is gone, so
+            # its inode may be reused: both the net and the user inode must match.
             terminate_sync(int(record["net_inode"]), user_inode=int(record["user_inode"]), grace_s=SWEEP_GRACE_S)
         unlink_lock(lock_path, fd)
         return True
@@ -475,7 +476,7 @@ class Sandbox:
         if self._nsenter is None:
             raise SandboxError(self.requested_mechanism, "nsenter not found on PATH",
                                hint="install util-linux (apt-get install util-linux)")
-        self.lock_dir = _ensure_lock_dir(self.lock_dir or default_lock_dir())
+        self.lock_dir = _ensure_lock_dir(self.lock_dir or default_lock_dir(), self.requested_mechanism)
         self.swept = sweep_stale(self.lock_dir, prefix=self.prefix)
         self.timings["sweep_s"] = time.monotonic() - t0
         if self.requested_mechanism == "auto":
@@ -494,7 +495,7 @@ class Sandbox:
         if len(failures) == 1:
             raise failures[0]
         raise SandboxError(
-            "auto", "; ".join(str(e) for e in failures),
+            "auto", "no mechanism worked: " + "; ".join(f"{e.mechanism}: {e.detail}" for e in failures),
             errno=failures[-1].errno, hint="",
         )
 
@@ -502,16 +503,24 @@ class Sandbox:
         self.mechanism = mechanism
         self.name = f"{self.prefix}-{os.getpid()}-{secrets.token_hex(4)}"
         self.lock_path = self.lock_dir / f"{self.name}.lock"
-        try:
-            self._lock_fd = os.open(
-                self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-            )
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            self._release_lock()
-            raise SandboxError(mechanism, f"cannot create lock file {self.lock_path}: {e.strerror}", e.errno) from e
         record = {"mechanism": mechanism, "name": self.name, "owner": os.getpid(), "uid": os.geteuid()}
-        _write_record(self._lock_fd, record)
+        # Locked before it appears under its real name: a sweep that globs for
+        # lock files must never find one it can lock while its owner lives.
+        staging = self.lock_dir / f".{self.name}.new"
+        try:
+            self._lock_fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _write_record(self._lock_fd, record)
+            os.rename(staging, self.lock_path)
+        except OSError as e:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+            try:
+                os.unlink(staging)
+            except OSError:
+                pass
+            raise SandboxError(mechanism, f"cannot create lock file {self.lock_path}: {e.strerror}", e.errno) from e
         try:
             ready = await self._start_helper(mechanism)
             self._pin(mechanism, ready)

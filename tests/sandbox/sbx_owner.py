@@ -44,6 +44,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--mechanism", default="auto")
     parser.add_argument("--lock-dir", type=Path, required=True)
-    parser.add_argument("--grace", type=float, default=0.5)
+    parser.add_argument("--grace", type=float, default=3.0)  # Sandbox's default
     parser.add_argument("--no-guardian", action="store_true")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -3,7 +3,6 @@ mechanism or the bad value, the reason with its errno, and leaves nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import os
@@ -13,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, HERE, Runner
+from sbx_runner import HERE, REPO, Runner
 from harness.errors import UsageError
-from harness.sandbox import NETNS_DIR, Sandbox, SandboxError
+from harness.sandbox import Sandbox, SandboxError
 from sbx_helpers import leftovers
 
 
@@ -62,6 +61,11 @@ def test_userns_refused_when_user_namespaces_are_exhausted(tmp_path):
     assert "unshare(CLONE_NEWUSER|CLONE_NEWNET)" in result["message"]
     assert "max_user_namespaces" in result["message"]
     assert result["locks"] == []
+    # "root" inside that user namespace: auto tries netns first, then userns, and names both.
+    both = _run_check_as_root(wrap, "expect_error", "auto", tmp_path)
+    assert both["mechanism"] == "auto" and both["locks"] == []
+    assert "netns: create /run/netns/" in both["message"] and "Operation not permitted" in both["message"]
+    assert "userns: unshare(" in both["message"] and "No space left on device" in both["message"]
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,8 @@ class Owner:
 
 
 async def test_sigkill_owner_leaves_nothing_within_2s(runner):
+    # The owner runs with the default grace (3 s) and one process inside ignores
+    # SIGTERM: the guardian must still be done within the 2 s.
     async with Owner(runner) as owner:
         assert owner.everything(), "control: the live sandbox must be visible to the leak check"
         owner.sigkill()
@@ -70,10 +72,10 @@ async def test_sigkill_owner_leaves_nothing_within_2s(runner):
 
 @pytest.mark.parametrize("how", ["guardian-killed", "no-guardian"])
 async def test_stale_namespace_is_swept_and_a_live_one_left_alone(runner, how):
-    args = ("--no-guardian",) if how == "no-guardian" else ()
+    args = ("--grace", "0.3") + (("--no-guardian",) if how == "no-guardian" else ())
     async with contextlib.AsyncExitStack() as stack:
         live, stale = await asyncio.gather(
-            stack.enter_async_context(Owner(runner)), stack.enter_async_context(Owner(runner, *args))
+            stack.enter_async_context(Owner(runner, "--grace", "0.3")), stack.enter_async_context(Owner(runner, *args))
         )
         if how == "guardian-killed":
             os.kill(stale.info["guardian_pid"], signal.SIGKILL)
@@ -165,3 +167,16 @@ def _locked(path) -> bool:
             return True
         fcntl.flock(f, fcntl.LOCK_UN)
         return False
+
+
+@pytest.mark.parametrize("mechanism", ["netns", "userns"])
+async def test_sigterm_to_the_guardian_cleans_up_and_aclose_still_works(mechanism, lock_dir):
+    async with Sandbox(mechanism=mechanism, lock_dir=lock_dir, grace_s=0.3) as sb:
+        proc = await sb.spawn(["sleep", "60"])
+        name, inode, lock = sb.name, sb.net_inode, sb.lock_path
+        os.kill(sb.guardian_pid, signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 10)
+        await await_until(lambda: not (NETNS_DIR / name).exists() and not lock.exists(), 10,
+                          "the guardian to remove the namespace and the lock")
+        assert sb.pids() == []
+    assert not leftovers(name, inode, lock, [proc.pid, sb.guardian_pid])
