@@ -91,20 +91,20 @@ class Sample:
 
 
 def ensure_wrk() -> str:
+    """wrk's path; installs the Debian package when it is missing."""
     path = shutil.which("wrk")
     if path:
         return path
-    print("bench: wrk is missing; installing it with apt-get (Debian package wrk)", flush=True)
-    cmd = ["apt-get", "install", "-y", "-qq", "wrk"]
-    if os.geteuid() != 0:
-        cmd = ["sudo", "-n", *cmd]
-    if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
+    print("bench: wrk is missing; installing it: apt-get install -y wrk", flush=True)
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    install = [*sudo, "apt-get", "install", "-y", "-qq", "wrk"]
+    if subprocess.run(install, stdout=subprocess.DEVNULL).returncode != 0:
         # a fresh machine may have no package lists yet
-        subprocess.run([*cmd[:-4], "apt-get", "update", "-qq"] if cmd[0] == "sudo" else ["apt-get", "update", "-qq"])
-        subprocess.run(cmd, stdout=subprocess.DEVNULL)
+        subprocess.run([*sudo, "apt-get", "update", "-qq"], stdout=subprocess.DEVNULL)
+        subprocess.run(install, stdout=subprocess.DEVNULL)
     path = shutil.which("wrk")
     if not path:
-        raise BenchError("wrk is not installed and `apt-get install -y wrk` failed; install wrk and run again")
+        raise BenchError("wrk is not installed and `apt-get install -y wrk` failed; install wrk (Debian package wrk) and run again")
     return path
 
 
