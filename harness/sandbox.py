@@ -320,6 +320,9 @@ def sweep_stale(lock_dir: Path | None = None, *, prefix: str = "kst") -> list[st
     is_root = os.geteuid() == 0
     if is_root and NETNS_DIR.is_dir():
         names.update(p.name for p in NETNS_DIR.glob(f"{prefix}-*"))
+    if lock_dir.is_dir():
+        for staging in lock_dir.glob(f".{prefix}-*.new"):
+            _remove_if_unlocked(staging)  # an owner died between creating and naming its lock file
     removed = []
     for name in sorted(names):
         try:
@@ -328,6 +331,20 @@ def sweep_stale(lock_dir: Path | None = None, *, prefix: str = "kst") -> list[st
         except OSError:
             continue  # not ours to remove (permissions) or raced with its owner: leave it
     return removed
+
+
+def _remove_if_unlocked(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        unlink_lock(path, fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _owner_pid_from_name(name: str, prefix: str) -> int | None:

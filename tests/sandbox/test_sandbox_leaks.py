@@ -130,6 +130,8 @@ async def test_sweep_of_planted_named_namespaces_honours_locks(lock_dir):
                                    str(live_lock)])
         await await_until(lambda: _locked(live_lock), 10, f"flock to hold {live_lock}")
         _plant(names["live_owner_alive"], with_process=False)
+        staging = lock_dir / f".kst-{dead.pid}-0000aaa5.new"  # an owner died before naming its lock
+        staging.write_text("{}")
 
         async with Sandbox(lock_dir=lock_dir, mechanism="netns") as sb:
             swept = set(sb.swept)
@@ -141,6 +143,7 @@ async def test_sweep_of_planted_named_namespaces_honours_locks(lock_dir):
         for key in ("live_locked", "live_owner_alive"):
             assert (NETNS_DIR / names[key]).exists()
         assert live_lock.exists()
+        assert not staging.exists()
     finally:
         if holder is not None:
             holder.kill()
