@@ -103,7 +103,10 @@ async def serve(settings: KernelSettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with Kernel(settings):
-            print(f"refkernel listening on {settings.socket}", flush=True)
+            try:
+                print(f"refkernel listening on {settings.socket}", flush=True)
+            except OSError:
+                pass  # nobody reads our stdout: the socket is the interface anyway
             await stop.wait()
             log.info("signal received: shutting down")
     finally:

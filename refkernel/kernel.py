@@ -66,7 +66,9 @@ class Connection:
     def send(self, frame: dict[str, Any]) -> bool:
         if self.closed or self.transport.is_closing():
             return False
-        self.transport.write(_encode(frame).encode() + b"\n")
+        # backslashreplace: a lone surrogate a client sent (legal in JSON text,
+        # not in UTF-8) goes back as the JSON escape it came in as.
+        self.transport.write(_encode(frame).encode("utf-8", "backslashreplace") + b"\n")
         if self.transport.get_write_buffer_size() > self.k.s.max_write_buffer:
             self.k.counters["slow_readers"] += 1
             log.warning("connection %d is not reading (> %d bytes unsent): dropped", self.n, self.k.s.max_write_buffer)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from mock import markers
 from rkclient import KernelConn, text_for
 
 MIB = 1 << 20
@@ -94,6 +95,15 @@ async def test_bad_frames_after_auth_keep_the_connection(rk):
     turn = await conn.turn(text_for("!batch2")[0])
     assert turn.verdict is not None and turn.verdict.all_ok
     assert (await conn.stats())["bad_frames"] == 7
+
+
+async def test_lone_surrogates_in_client_strings_are_echoed_safely(rk):
+    k = await rk()
+    conn = await k.connect()
+    await conn.send_raw(b'{"type":"input","id":"x\\ud800","text":"hi \\udfff #s1"}\n')
+    turn = await conn.collect("x\ud800", 10)
+    assert turn.kind == "response", turn.frames
+    assert markers.parse_text_verdict(turn.text) == "s1"
 
 
 async def test_frame_size_limit(rk):
