@@ -105,7 +105,7 @@ class Connection:
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         try:
             frame = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested too deep
             self.k.counters["bad_frames"] += 1
             self.error(None, "bad_json", f"the frame is not valid UTF-8 JSON ({exc}); send one JSON object per line")
             return None

@@ -19,6 +19,7 @@ GARBAGE = [
     (b"[1,2]\n", "bad_frame"),
     (b'{"type":"input","id":"g2"}\n', "bad_frame"),
     (b'{"type":"input","id":true,"text":"x"}\n', "bad_frame"),
+    (b"[" * 5000 + b"\n", "bad_json"),  # nested past the parser's recursion limit
 ]
 
 
