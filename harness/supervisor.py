@@ -163,14 +163,20 @@ def start_detached(argv: list[str], timeout_s: float) -> tuple[Path, dict[str, A
         )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "supervise", *argv],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        env=env,
-        text=True,
-    )
+    home = pointer_path().parent
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # The supervisor outlives this command: its stderr goes to a log, never to
+    # the terminal the user has moved on in.
+    with open(home / "supervisor.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness", "supervise", *argv],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+            env=env,
+            text=True,
+        )
     assert proc.stdout is not None
     line = _readline_deadline(proc, timeout_s)
     proc.stdout.close()

@@ -3,7 +3,10 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _bootstrap  # noqa: E402
+
+_bootstrap.ensure()
 
 from harness.cli import main_with  # noqa: E402
 
