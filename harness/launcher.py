@@ -45,7 +45,10 @@ def invoking_ids() -> tuple[int, int]:
 
 
 def state_home() -> Path:
-    """Where the pointer to the current sandbox lives, per invoking user."""
+    """Where the pointer to the current sandbox lives, per invoking user
+    ($KSTRESS_HOME overrides: several independent sandboxes, tests)."""
+    if os.environ.get("KSTRESS_HOME"):
+        return Path(os.environ["KSTRESS_HOME"])
     uid, _ = invoking_ids()
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and os.geteuid() != 0 and Path(xdg).is_dir():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -38,3 +41,18 @@ def no_leaked_processes():
         except psutil.Error:
             pass
     pytest.fail(f"test leaked processes: {leaked}")
+
+
+@pytest.fixture(scope="session")
+def unpriv():
+    """An interpreter and a copy of the project that the user nobody can run
+    (root's home is 0700 here): for the rootless tests, run from a root CI."""
+    if os.geteuid() != 0:
+        pytest.fail("these tests run as root (CI does); the unprivileged variant drops to nobody itself")
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "sandbox"))
+    from sbx_unpriv import UnprivEnv
+
+    env = UnprivEnv()
+    print(f"\nunprivileged env: {env.how} in {env.build_s:.2f} s ({env.python})")
+    yield env
+    env.close()

@@ -4,23 +4,11 @@ user (nobody) with a user namespace, the last one in a subprocess."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from sbx_runner import VARIANTS, Runner
-from sbx_unpriv import UnprivEnv
-
-
-@pytest.fixture(scope="session")
-def unpriv():
-    if os.geteuid() != 0:
-        pytest.fail("the sandbox tests run as root (CI does); the unprivileged variant drops to nobody itself")
-    env = UnprivEnv()
-    print(f"\nunprivileged env: {env.how} in {env.build_s:.2f} s ({env.python})")
-    yield env
-    env.close()
 
 
 @pytest.fixture

@@ -82,7 +82,7 @@ class UnprivEnv:
 
     def _build(self) -> None:
         self.site.mkdir()
-        for pkg in ("harness", "mock"):
+        for pkg in ("harness", "mock", "refkernel"):
             _copy_tree(REPO / pkg, self.site / pkg)
         for helper in HERE.glob("sbx_*.py"):
             shutil.copy2(helper, self.site / helper.name)

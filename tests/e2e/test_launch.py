@@ -1,0 +1,141 @@
+"""launch.sh / kcli / status / stop as users type them; bad input; leaks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from e2ehelpers import namespace_gone, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_launch_kcli_status_stop(cli):
+    r = cli.launch_sh()
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+    assert Path(lines["socket"]).exists() and Path(lines["state"]).exists()
+    st = cli.state()
+    for key in ("socket", "llm_url", "namespace", "token", "supervisor_pid", "pids", "argv"):
+        assert st[key], key
+    r = cli.run("send", "!slowbatch4", script="kcli.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert '"type": "response"' in r.stdout and r.stdout.rstrip().endswith("verdict: ok")
+    assert "expected=4 got=4 ids=ok args=ok order=ok errors=0" in r.stdout
+    r = cli.launch_sh("status")
+    assert r.returncode == 0 and "kernel:" in r.stdout and "healthy" in r.stdout and "mock:" in r.stdout
+    again = cli.launch_sh()
+    assert again.returncode == 2 and "already running" in again.stderr
+    r = cli.run("--conns", "4", "--inputs", "2", "--out", str(cli.out), "--quiet", script="stress.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.rstrip().splitlines()[-1].startswith("run: ")
+    r = cli.launch_sh("stop")
+    assert r.returncode == 0 and "no orphans" in r.stdout
+    assert not (cli.home / "current").exists()
+    assert wait_for(lambda: namespace_gone(st["namespace"], st["net_inode"]), 5, "namespace removal")
+    assert not Path(st["socket"]).exists()
+
+
+def test_stop_names_orphans_of_a_leaky_kernel(cli):
+    assert cli.launch_sh("--", "--fault", "leak-children").returncode == 0
+    st = cli.state()
+    r = cli.run("send", "!resident", script="kcli.py")
+    assert r.returncode == 0, r.stdout
+    r = cli.launch_sh("stop")
+    assert r.returncode == 1
+    assert "orphan: pid" in r.stdout and "sleep 600" in r.stdout and "orphan process" in r.stderr
+    # the sandbox still removed them
+    assert wait_for(lambda: namespace_gone(st["namespace"], st["net_inode"]), 5, "namespace removal")
+
+
+def test_no_running_sandbox(cli):
+    for script in ("stress.py", "kcli.py"):
+        args = ("send", "!batch2") if script == "kcli.py" else ()
+        r = cli.run(*args, script=script)
+        assert r.returncode == 2
+        assert "no running sandbox: run scripts/launch.sh first" in r.stderr
+
+
+def test_supervisor_killed_leaves_nothing(cli):
+    assert cli.launch_sh().returncode == 0
+    st = cli.state()
+    pids = [st["supervisor_pid"], *st["pids"].values()]
+    os.kill(st["supervisor_pid"], signal.SIGKILL)
+
+    def all_gone():
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        return not alive and namespace_gone(st["namespace"], st["net_inode"])
+
+    wait_for(all_gone, 2.0, "the guardian to clean up after the supervisor's death")
+    locks = list(Path("/run/kstress").glob(f"{st['namespace']}*")) if st["namespace"] else []
+    assert not locks
+    # the stale pointer is not mistaken for a running sandbox
+    r = cli.run("send", "!batch2", script="kcli.py")
+    assert r.returncode == 2 and "no running sandbox" in r.stderr
+
+
+def _exe(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return path
+
+
+def test_bad_targets_get_clear_errors(cli, tmp_path):
+    r = cli.launch_sh("--bin", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
+    dies = _exe(tmp_path / "dies", "echo 'boom: no config' >&2\nexit 7\n")
+    r = cli.launch_sh("--bin", str(dies))
+    assert r.returncode == 3 and "exited at once with code 7" in r.stderr and "boom: no config" in r.stderr
+    silent = _exe(tmp_path / "silent", "exec sleep 600\n")
+    target = tmp_path / "silent.toml"
+    target.write_text(f'[target]\nbin = "{silent}"\nstart_timeout_s = 1\n')
+    r = cli.launch_sh("--target", str(target))
+    assert r.returncode == 3 and "did not become ready within 1s" in r.stderr and "kernel.sock" in r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[target\n")
+    r = cli.launch_sh("--target", str(bad))
+    assert r.returncode == 2 and "malformed TOML" in r.stderr
+    bad.write_text('[target]\nbin = "/bin/true"\nargv = ["{bin}", "{sockt}"]\n')
+    r = cli.launch_sh("--target", str(bad))
+    assert r.returncode == 2 and "unknown placeholder {sockt}" in r.stderr
+    long_tmp = tmp_path / ("d" * 90)
+    long_tmp.mkdir()
+    cli.env["TMPDIR"] = str(long_tmp)
+    r = cli.launch_sh()
+    assert r.returncode == 2 and "107-byte limit" in r.stderr
+    assert not (cli.home / "current").exists()
+
+
+def test_rootless_launch_as_nobody(unpriv):
+    """An unprivileged user, no sudo: user+net namespace, same commands."""
+    work = unpriv.workdir()
+    home = work / "home"
+    bin_ = work / "refkernel"
+    bin_.write_text(f"#!{unpriv.python}\nfrom refkernel.__main__ import main\nmain()\n")
+    bin_.chmod(0o755)
+    os.chown(bin_, unpriv.uid, unpriv.gid)
+    env = unpriv.env(work)
+    env["KSTRESS_HOME"] = str(home)
+    env["TMPDIR"] = str(work)
+
+    def run(*args, timeout=120):
+        import subprocess
+
+        return subprocess.run(unpriv.argv(["-m", "harness", *args]), env=env, cwd=work, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    r = run("launch", "--bin", str(bin_))
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "(userns)" in r.stdout
+        r = run("kcli", "send", "!slowbatch4")
+        assert r.returncode == 0 and r.stdout.rstrip().endswith("verdict: ok"), r.stdout + r.stderr
+        r = run("stress", "--conns", "4", "--inputs", "2", "--out", str(work / "runs"), "--quiet")
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        r = run("stop")
+    assert r.returncode == 0 and "no orphans" in r.stdout, r.stdout + r.stderr
