@@ -543,7 +543,10 @@ def create_app(settings: MockSettings | None = None) -> web.Application:
     async def open_log(app: web.Application) -> Any:
         if settings.log_path is not None:
             try:
-                app[STATE_KEY].log = open(settings.log_path, "a", buffering=1 << 16)
+                # line-buffered: a harness copies the lines of its run while the
+                # mock keeps serving (a detached sandbox), so every line must be
+                # on disk once its request is answered
+                app[STATE_KEY].log = open(settings.log_path, "a", buffering=1)
             except OSError as exc:
                 raise ConfigError(f"--log {settings.log_path}: cannot open it for appending ({exc.strerror})") from None
         yield
