@@ -180,3 +180,23 @@ def test_dedup_window_and_capacity(monkeypatch):
         d.remember(t)
     assert len(d) == 2 and not d.seen("x") and d.seen("z")
     assert not Dedup(window=0).seen("a")
+
+
+def test_refkernel_imports_only_stdlib_aiohttp_psutil():
+    """It stands in for someone else's binary: no harness, no mock, no click."""
+    import ast
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, refkernel, refkernel.__main__, refkernel.kernel;"
+        "print(sorted({m.split('.')[0] for m in sys.modules}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(ast.literal_eval(out))
+    assert not loaded & {"harness", "mock", "click", "pyroute2"}, loaded
+    third_party = {m for m in loaded if m not in sys.stdlib_module_names and not m.startswith("_")}
+    allowed = {"refkernel", "aiohttp", "psutil", "multidict", "yarl", "frozenlist", "aiosignal", "attr", "propcache",
+               "aiohappyeyeballs", "idna", "typing_extensions", "async_timeout", "sitecustomize", "usercustomize",
+               "cython_runtime"}  # cython_runtime: aiohttp's compiled speedups
+    assert third_party <= allowed, third_party - allowed
