@@ -75,7 +75,9 @@ async def stop_process(proc: asyncio.subprocess.Process, grace: float) -> None:
                 await asyncio.wait_for(proc.wait(), grace)
             except asyncio.TimeoutError:
                 pass
-        # Also after a clean exit: kill stragglers it left in its group.
+        # Also after a clean exit: kill stragglers it left in its group. (A group
+        # with a member keeps its id reserved; an emptied one could in theory
+        # have its number recycled in between -- a full pid_max cycle away.)
         killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
 
