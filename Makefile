@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The main job: the reference kernel and the mock in a private sandbox, 32
+# connections of verified turns, the report printed, everything torn down.
 demo: $(STAMP)
-	$(PY) scripts/demo.py
+	$(PY) -m harness stress --launch --conns 32 --inputs 10
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -343,6 +343,21 @@ def cmp_cmd(n, rounds, bombard_conns, bombard_rounds, stability_rounds, tool_ms,
     _finish(asyncio.run(run_cmp(settings)))
 
 
+@cli.command("hold")
+@click.option("--conns", default=10_000, show_default=True, help="Connections to hold at once.")
+@click.option("--probe", default=32, show_default=True, help="Held connections that send one input at once (keep it within the kernel queue).")
+@click.option("--timeout", "timeout_s", default=120.0, show_default=True)
+@_access_options
+@click.argument("extra", nargs=-1)
+def hold_cmd(conns, probe, timeout_s, launch, state, socket, token, tools_file, out, quiet, target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
+    """Open and hold many connections from one process; memory per connection."""
+    from .scenarios.hold import HoldSettings, run_hold
+
+    settings = HoldSettings(conns=conns, probe=probe, timeout_s=timeout_s, out=out, quiet=quiet)
+    access = _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
+    _finish(asyncio.run(run_hold(settings, access)))
+
+
 @cli.command("report")
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
 def report_cmd(run_dir) -> None:

@@ -203,8 +203,12 @@ class KernelClient:
     async def _send(self, frame: dict[str, Any]) -> None:
         if self._writer is None:
             raise ConnError("closed", f"{self.path}: connection is closed")
-        self._writer.write(self.protocol.encode(frame))
-        await self._writer.drain()
+        try:
+            self._writer.write(self.protocol.encode(frame))
+            await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self._eof = True
+            raise ConnError("reset", f"{self.path}: connection lost while sending ({exc})") from None
 
     async def _recv_raw(self) -> dict[str, Any]:
         assert self._reader is not None
@@ -250,9 +254,8 @@ class KernelClient:
         turn.t_sent = time.monotonic()
         try:
             await self._send(self.protocol.input_frame(nonce, full, interrupt))
-        except (ConnectionError, OSError) as exc:
-            self._eof = True
-            turn.outcome, turn.conn_error = "conn_error", f"send failed: {exc}"
+        except ConnError as exc:
+            turn.outcome, turn.conn_error = "conn_error", f"{exc.kind}: {exc}"
         return turn
 
     async def collect(self, turn: Turn, timeout_s: float) -> Turn:
@@ -315,6 +318,9 @@ class KernelClient:
             await self._pump(lambda: bool(self._stats), deadline)
         except asyncio.TimeoutError:
             raise ConnError("timeout", f"{self.path}: no stats frame within {timeout_s:.1f}s") from None
+        except (ProtocolError, ConnectionError, OSError) as exc:
+            self._eof = True
+            raise ConnError("closed", f"{self.path}: connection lost waiting for stats ({exc})") from None
         if not self._stats:
             raise ConnError("closed", f"{self.path}: connection closed while waiting for stats")
         return self._stats.pop(0)

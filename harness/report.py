@@ -187,7 +187,27 @@ def render_cmp(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def render_hold(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    s = doc.get("summary", {})
+    out = _header(doc, "hold")
+    rss = s.get("harness_rss_mb") or {}
+    out += [
+        f"{s.get('connected')}/{s.get('requested')} connections opened and authenticated from one process in {s.get('open_s')} s; "
+        f"{s.get('held_at_probe')} still open while {s.get('probe', {}).get('sent')} of them sent an input "
+        f"({s.get('probe', {}).get('passed')} passed).",
+        "",
+        f"Harness memory: {rss.get('before')} MB before, {rss.get('held')} MB holding them: "
+        f"**{s.get('harness_kb_per_connection')} KiB per connection**. The kernel reported {s.get('kernel_connections')} connections.",
+        "",
+        f"Failed connections by kind: {s.get('failures') or 'none'}",
+        "",
+    ]
+    out += _checks(doc)
+    return "\n".join(out)
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any], list[dict[str, Any]]], str]] = {
+    "hold": render_hold,
     "stress": render_stress,
     "batch": render_batch,
     "abtest": render_abtest,

@@ -30,7 +30,7 @@ from ..stats import summarize
 from ..verdict import judge
 from .common import Access, Outcome, Progress, RunResult, Target, Watch, run_scenario
 
-DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,text:2"
+DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
 MAX_INPUTS = 1_000_000
 
 
@@ -371,6 +371,7 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
                 if side is not None:
                     await side
                 await progress.stop()
+            watch.check()
             if settings.dedup_probe:
                 extras["dedup_probe"] = await load.dedup_probe()
             if stats_client is not None:

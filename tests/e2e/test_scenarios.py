@@ -1,0 +1,125 @@
+"""Scenarios with their own sandbox (--launch): cmp's verdicts, holding
+10,000 connections, partial results when the target dies or the run is
+interrupted, and re-rendering a report from the raw files."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.launcher import LaunchSettings
+from harness.scenarios import Access, CmpSettings, run_cmp
+from harness.scenarios.hold import HoldSettings, run_hold
+from harness.target import spec_from_flags
+
+from e2ehelpers import wait_for
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+def small_cmp(old: str, new: str, out: Path) -> CmpSettings:
+    return CmpSettings(old=old, new=new, rounds=6, bombard_conns=16, bombard_rounds=2, stability_rounds=10, tool_ms=100, out=out, quiet=True)
+
+
+async def test_cmp_flags_serial_tools_as_a_regression(tmp_path):
+    r = await run_cmp(small_cmp("refkernel", "refkernel --fault serial-tools", tmp_path))
+    dims = {d["name"]: d for d in r.summary["dimensions"]}
+    assert r.exit_code == 1, r.report
+    assert dims["batch"]["verdict"] == "worse" and dims["batch"]["p"] < 0.05
+    assert dims["concurrency"]["verdict"] == "worse" and dims["concurrency"]["p"] < 0.05
+    assert dims["concurrency"]["old"] > 3 and dims["concurrency"]["new"] < 1.3
+    assert dims["bombardment"]["verdict"] != "worse" and dims["stability"]["verdict"] != "worse"
+    assert set(r.summary["regressed"]) == {"batch", "concurrency"}
+    assert (r.dir / "mock-old.jsonl").stat().st_size > 0 and (r.dir / "mock-new.jsonl").stat().st_size > 0
+
+
+async def test_cmp_of_a_build_against_itself_reports_no_regression(tmp_path):
+    r = await run_cmp(small_cmp("refkernel", "refkernel", tmp_path))
+    assert r.exit_code == 0, r.report
+    assert r.summary["regressed"] == []
+    assert all(d["verdict"] == "same" for d in r.summary["dimensions"]), r.report
+
+
+async def test_hold_10000_connections_from_one_process(tmp_path):
+    access = Access(launch=LaunchSettings(target=spec_from_flags(None)))
+    r = await run_hold(HoldSettings(conns=10_000, out=tmp_path, quiet=True), access)
+    s = r.summary
+    print(f"\nheld {s['connected']} connections in {s['open_s']} s, {s['harness_kb_per_connection']} KiB each")
+    assert r.exit_code == 0, r.report
+    assert s["connected"] == s["held_at_probe"] == 10_000 and s["kernel_connections"] >= 10_000
+    assert s["harness_kb_per_connection"] is not None
+
+
+def _stress(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", "stress", "--launch", "--conns", "4", "--inputs", "200", "--mix", "!slowbatch2",
+         "--no-dedup-probe", "--quiet", "--out", str(tmp_path), *extra],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _turns(tmp_path: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in tmp_path.glob("stress-*/turns.jsonl"))
+
+
+def test_target_death_writes_partial_results_and_exits_3(tmp_path):
+    p = _stress(tmp_path)
+    try:
+        wait_for(lambda: _turns(tmp_path) >= 8, 60, "some turns to be recorded")
+        kernel = [c for c in psutil.Process(p.pid).children(recursive=True) if "refkernel" in " ".join(c.cmdline())]
+        assert kernel
+        kernel[0].kill()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 3, err
+    run_dir = Path(out.strip().splitlines()[-1].removeprefix("run: "))
+    doc = json.loads((run_dir / "run.json").read_text())
+    assert doc["exit_code"] == 3 and "died" in doc["error"]
+    assert len((run_dir / "turns.jsonl").read_text().splitlines()) >= 8
+    assert (run_dir / "report.md").exists()
+
+
+def test_interrupt_writes_partial_results(tmp_path):
+    p = _stress(tmp_path)
+    try:
+        wait_for(lambda: _turns(tmp_path) >= 4, 60, "some turns to be recorded")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130, err
+    run_dir = Path(out.strip().splitlines()[-1].removeprefix("run: "))
+    doc = json.loads((run_dir / "run.json").read_text())
+    assert doc["exit_code"] == 130 and doc["error"].startswith("interrupted")
+    assert len((run_dir / "turns.jsonl").read_text().splitlines()) >= 4
+
+
+def test_report_rerenders_from_raw_files(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "harness", "stress", "--launch", "--conns", "4", "--inputs", "3", "--quiet", "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    run_dir = Path(r.stdout.strip().splitlines()[-1].removeprefix("run: "))
+    original = (run_dir / "report.md").read_text()
+    (run_dir / "report.md").unlink()
+    again = subprocess.run([sys.executable, "-m", "harness", "report", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and (run_dir / "report.md").read_text() == original
+    # the report is recomputed from turns.jsonl, not copied from run.json
+    rows = (run_dir / "turns.jsonl").read_text().splitlines()
+    (run_dir / "turns.jsonl").write_text("\n".join(rows[: len(rows) // 2]) + "\n")
+    subprocess.run([sys.executable, "-m", "harness", "report", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (run_dir / "report.md").read_text() != original
