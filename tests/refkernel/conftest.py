@@ -6,7 +6,6 @@ from ``conftest`` (that name is ambiguous across the test tree)."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -35,8 +34,7 @@ async def rk(tmp_path: Path) -> AsyncIterator[Any]:
         base.mkdir()
         kp = await start_kernel(llm_url, list(args), base, token=token)
         kp.mock = mock
-        stack.callback(shutil.rmtree, kp._sock_dir, True)  # type: ignore[attr-defined]
-        stack.push_async_callback(kp.aclose)  # runs first (LIFO)
+        stack.push_async_callback(kp.aclose)  # before its mock closes (LIFO)
         return kp
 
     try:

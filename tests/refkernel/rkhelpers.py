@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -69,6 +70,7 @@ class KernelProc:
     data_dir: Path
     log: Path
     argv: list[str]
+    sock_dir: Path
     mock: MockServer | None = None
     token: str = TOKEN
     allow_strays: bool = False
@@ -109,6 +111,7 @@ class KernelProc:
             await c.aclose()
         if self.proc.returncode is None:
             await self.terminate()
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
         strays = procs_in(self.data_dir)
         for p in strays:
             with contextlib.suppress(psutil.Error):
@@ -126,17 +129,24 @@ async def start_kernel(
     log = base / f"kernel-{time.monotonic_ns()}.log"
     argv = [sys.executable, "-m", "refkernel", "--socket", str(socket_path), "--llm-url", llm_url,
             "--data-dir", str(data_dir), *(["--token", token] if token else []), *args]
-    with open(log, "wb") as err:
-        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=err)
-    kp = KernelProc(proc=proc, socket=socket_path, data_dir=data_dir, log=log, argv=argv, token=token or TOKEN)
-    kp._sock_dir = sock_dir  # type: ignore[attr-defined]
+    try:
+        with open(log, "wb") as err:
+            proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=err)
+    except BaseException:
+        shutil.rmtree(sock_dir, ignore_errors=True)
+        raise
+    kp = KernelProc(proc=proc, socket=socket_path, data_dir=data_dir, log=log, argv=argv, sock_dir=sock_dir,
+                    token=token or TOKEN)
     assert proc.stdout is not None
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), ready_timeout)
+        if not line.startswith(b"refkernel listening on"):
+            await asyncio.wait_for(proc.wait(), ready_timeout)
+            raise AssertionError(f"refkernel did not start (exit {proc.returncode}); stderr:\n{kp.stderr()}")
     except asyncio.TimeoutError:
         await kp.aclose()
         raise AssertionError(f"refkernel not ready within {ready_timeout} s; stderr:\n{kp.stderr()}") from None
-    if not line.startswith(b"refkernel listening on"):
-        await proc.wait()
-        raise AssertionError(f"refkernel did not start (exit {proc.returncode}); stderr:\n{kp.stderr()}")
+    except BaseException:
+        await kp.aclose()  # cancelled or failed: nothing of it stays behind
+        raise
     return kp
