@@ -87,6 +87,15 @@ def new_nonce(prefix: str = "k") -> str:
     return f"{prefix}{os.getpid():x}x{next(_seq):x}{os.urandom(2).hex()}"
 
 
+def failed_turn(marker: str, exc: "ConnError") -> Turn:
+    """The record of an input that could not be delivered: it was attempted,
+    so it counts, as a conn_error."""
+    nonce = new_nonce("f")
+    turn = Turn(input_id=nonce, text=compose(marker or None, nonce), nonce=nonce, outcome="conn_error", conn_error=f"{exc.kind}: {exc}")
+    turn.t_sent = time.monotonic()
+    return turn
+
+
 async def open_unix(path: str, deadline: float, retry_refused: bool = False) -> socket.socket:
     """A connected non-blocking unix socket, retrying EAGAIN (backlog full)
     with backoff until the deadline (time.monotonic())."""

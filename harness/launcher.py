@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import time

@@ -679,7 +679,7 @@ class Sandbox:
         if exe is None or not os.path.exists(exe):
             raise FileNotFoundError(errno_mod.ENOENT, f"cannot spawn in sandbox: {os.strerror(errno_mod.ENOENT)}", argv[0])
         if os.path.isdir(exe) or not os.access(exe, os.X_OK):
-            raise PermissionError(errno_mod.EACCES, f"cannot spawn in sandbox: not executable", exe)
+            raise PermissionError(errno_mod.EACCES, "cannot spawn in sandbox: not executable", exe)
         proc = await asyncio.create_subprocess_exec(
             *self._nsenter_argv(), *argv,
             env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,

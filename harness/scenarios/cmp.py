@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mock.markers import N_MAX, compose
+from mock.markers import N_MAX
 
-from ..client import ConnError, Turn, new_nonce
+from ..client import ConnError, failed_turn
 from ..errors import UsageError
 from ..launcher import LaunchSettings
 from ..results import Check, RunDir, read_jsonl
@@ -187,9 +186,7 @@ async def _bombard(target: Target, version: str, rnd: int, s: CmpSettings, rundi
             async with target.client(connect_timeout_s=30.0) as c:
                 turn = await c.turn(s.bombard_marker, s.timeout_s)
         except ConnError as exc:
-            nonce = new_nonce("f")
-            turn = Turn(input_id=nonce, text=compose(s.bombard_marker, nonce), nonce=nonce, outcome="conn_error", conn_error=f"{exc.kind}: {exc}")
-            turn.t_sent = time.monotonic()
+            turn = failed_turn(s.bombard_marker, exc)
         v = judge(turn, target.plan(turn.text))
         row = v.to_json()
         row.update(kind="cmp", dim="bombardment", version=version, round=rnd, conn=k)

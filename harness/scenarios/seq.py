@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..client import ConnError, KernelClient, Turn, new_nonce
+from ..client import ConnError, KernelClient, Turn, failed_turn
 from ..results import RunDir
 from ..verdict import TurnVerdict, judge
 from .common import Progress, Target, Watch
@@ -32,12 +32,7 @@ class Sequential:
                 self.client = await self.target.client(connect_timeout_s=30.0).connect()
             except ConnError as exc:
                 self.client = None
-                nonce = new_nonce("f")
-                from mock.markers import compose
-
-                turn = Turn(input_id=nonce, text=compose(marker or None, nonce), nonce=nonce, outcome="conn_error", conn_error=f"{exc.kind}: {exc}")
-                turn.t_sent = time.monotonic()
-                return self._record(turn, row)
+                return self._record(failed_turn(marker, exc), row)
         turn = await self.client.turn(marker, self.timeout_s)
         return self._record(turn, row)
 

@@ -22,7 +22,7 @@ from typing import Any
 from mock.errors import MarkerError
 from mock.markers import build_plan
 
-from ..client import ConnError, KernelClient, Turn, new_nonce
+from ..client import ConnError, KernelClient, Turn, failed_turn, new_nonce
 from ..errors import UsageError
 from ..results import Check, RunDir
 from ..sampler import Sampler
@@ -134,18 +134,27 @@ class _Load:
             self.progress.add(v.passed, v.latency_s)
 
     def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load") -> None:
-        nonce = new_nonce("f")
-        from mock.markers import compose
-
-        turn = Turn(input_id=nonce, text=compose(marker or None, nonce), nonce=nonce, outcome="conn_error", conn_error=f"{err.kind}: {err}")
-        turn.t_sent = time.monotonic()
         if err.kind == "capacity":
             self.capacity_errors[str(err).split(":")[1].strip() if ":" in str(err) else "capacity"] += 1
-        self.record(turn, kind, conn, seq)
+        self.record(failed_turn(marker, err), kind, conn, seq)
 
     async def connect(self) -> KernelClient:
         c = self.target.client(connect_timeout_s=self.s.connect_timeout_s)
         return await c.connect()
+
+    async def ready(self, client: KernelClient | None, marker: str, conn: int, seq: int) -> KernelClient | None:
+        """A connected client for the next input: reconnect after a lost
+        connection; None (and the input recorded as failed) when that fails."""
+        if client is not None and client.connected:
+            return client
+        if client is not None:
+            await client.aclose()
+            self.reconnects += 1
+        try:
+            return await self.connect()
+        except ConnError as exc:
+            self.record_conn_failure(marker, conn, seq, exc)
+            return None
 
     async def closed_conn(self, conn: int) -> None:
         """One connection of the closed model: send, wait for the turn, repeat."""
@@ -156,16 +165,9 @@ class _Load:
                     return
                 self.watch.check()
                 marker = self.pick()
-                if client is None or not client.connected:
-                    if client is not None:
-                        await client.aclose()
-                        self.reconnects += 1
-                    try:
-                        client = await self.connect()
-                    except ConnError as exc:
-                        client = None
-                        self.record_conn_failure(marker, conn, seq, exc)
-                        continue
+                client = await self.ready(client, marker, conn, seq)
+                if client is None:
+                    continue
                 turn = await client.turn(marker, self.s.timeout_s)
                 self.record(turn, "load", conn, seq)
         finally:
@@ -186,16 +188,9 @@ class _Load:
             client = await pool.get()
             marker = self.pick()
             try:
-                if client is None or not client.connected:
-                    if client is not None:
-                        await client.aclose()
-                        self.reconnects += 1
-                    try:
-                        client = await self.connect()
-                    except ConnError as exc:
-                        client = None
-                        self.record_conn_failure(marker, i % self.s.conns, i, exc)
-                        return
+                client = await self.ready(client, marker, i % self.s.conns, i)
+                if client is None:
+                    return
                 turn = await client.send(marker)
                 turn.t_scheduled = scheduled
                 turn = await client.collect(turn, self.s.timeout_s)
