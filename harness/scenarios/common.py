@@ -176,10 +176,14 @@ class Progress:
         p50s = f"{p50 * 1000:.0f}ms" if p50 is not None else "-"
         return f"{self.done}{total} done  pass {rate}  p50 {p50s}  {time.monotonic() - self.t0:.1f}s"
 
-    async def _loop(self) -> None:
-        while True:
+    def draw(self) -> None:
+        if self.enabled:
             self.stream.write("\r\033[K" + self.line())
             self.stream.flush()
+
+    async def _loop(self) -> None:
+        while True:
+            self.draw()
             await asyncio.sleep(0.5)  # refresh period of the display
 
     def start(self) -> None:

@@ -139,3 +139,37 @@ def test_rootless_launch_as_nobody(unpriv):
     finally:
         r = run("stop")
     assert r.returncode == 0 and "no orphans" in r.stdout, r.stdout + r.stderr
+
+
+def test_sudo_launch_belongs_to_the_invoking_user(unpriv):
+    """`sudo launch.sh` by a user, then that user's commands without sudo:
+    the kernel and mock run as the user, the socket and state are theirs."""
+    import subprocess
+
+    work = unpriv.workdir()
+    bin_ = work / "refkernel"
+    bin_.write_text(f"#!{unpriv.python}\nfrom refkernel.__main__ import main\nmain()\n")
+    bin_.chmod(0o755)
+    env = unpriv.env(work)
+    env.update(KSTRESS_HOME=str(work / "home"), TMPDIR=str(work), SUDO_UID=str(unpriv.uid), SUDO_GID=str(unpriv.gid))
+
+    def as_root(*args):
+        return subprocess.run([unpriv.python, "-m", "harness", *args], env=env, cwd=work, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    def as_user(*args):
+        return subprocess.run(unpriv.argv(["-m", "harness", *args]), env=env, cwd=work, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    r = as_root("launch", "--bin", str(bin_))
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "(netns)" in r.stdout
+        state = Path(r.stdout.split("state: ", 1)[1].split()[0])
+        assert state.stat().st_uid == unpriv.uid and state.parent.stat().st_uid == unpriv.uid
+        st = __import__("json").loads(state.read_text())
+        assert psutil.Process(st["pids"]["target"]).uids().real == unpriv.uid
+        assert Path(st["socket"]).stat().st_uid == unpriv.uid
+        r = as_user("kcli", "send", "!slowbatch2")
+        assert r.returncode == 0 and r.stdout.rstrip().endswith("verdict: ok"), r.stdout + r.stderr
+    finally:
+        r = as_root("stop")
+    assert r.returncode == 0, r.stdout + r.stderr

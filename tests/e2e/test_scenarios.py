@@ -122,3 +122,20 @@ def test_report_rerenders_from_raw_files(tmp_path):
     (run_dir / "turns.jsonl").write_text("\n".join(rows[: len(rows) // 2]) + "\n")
     subprocess.run([sys.executable, "-m", "harness", "report", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert (run_dir / "report.md").read_text() != original
+
+
+async def test_stress_launch_catches_leaked_children(tmp_path):
+    spec = spec_from_flags(None, extra=("--fault", "leak-children"))
+    access = Access(launch=LaunchSettings(target=spec))
+    from harness.scenarios import StressSettings, run_stress
+
+    r = await run_stress(StressSettings(conns=2, inputs=2, mix="!resident", out=tmp_path, quiet=True), access)
+    assert r.exit_code == 1
+    assert r.summary["passed"] == r.summary["attempted"] == 4  # every turn fine: only the exit shows it
+    orphans = r.summary["orphans"]
+    assert len(orphans) == 4 and all("sleep 600" in o["cmdline"] for o in orphans)
+    failed = [c for c in r.checks if not c.passed]
+    assert [c.name for c in failed] == ["no orphans after the target exited"]
+    # and without the fault the same run is clean
+    clean = await run_stress(StressSettings(conns=2, inputs=2, mix="!resident", out=tmp_path, quiet=True), Access(launch=LaunchSettings(target=spec_from_flags(None))))
+    assert clean.exit_code == 0 and clean.summary["orphans"] == []
