@@ -136,6 +136,9 @@ async def test_stress_launch_catches_leaked_children(tmp_path):
     assert len(orphans) == 4 and all("sleep 600" in o["cmdline"] for o in orphans)
     failed = [c for c in r.checks if not c.passed]
     assert [c.name for c in failed] == ["no orphans after the target exited"]
+    # the sampler watched the target's process tree, residents included
+    res = r.summary["resources"]
+    assert res["samples"] >= 1 and res["peak_rss_mb"] > 0 and (r.dir / "resources.jsonl").read_text().strip()
     # and without the fault the same run is clean
     clean = await run_stress(StressSettings(conns=2, inputs=2, mix="!resident", out=tmp_path, quiet=True), Access(launch=LaunchSettings(target=spec_from_flags(None))))
     assert clean.exit_code == 0 and clean.summary["orphans"] == []
