@@ -389,6 +389,18 @@ class Launch:
             for proc in (self.mock_proc, self.target_proc):
                 if proc is not None and proc.returncode is None:
                     await _wait_exit(proc, 1.0)
+            # no socket file survives a run (a killed kernel cannot remove its own)
+            if self.run_dir is not None:
+                for sock in (self.socket_path, self.mock_socket):
+                    try:
+                        sock.unlink()
+                    except FileNotFoundError:
+                        pass
+
+    def remove_run_dir(self) -> None:
+        """For a run that copied what it needs (logs, mock log) elsewhere."""
+        if self.run_dir is not None and self._closed:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
 async def _wait_exit(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:

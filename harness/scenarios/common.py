@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
 import sys
 import time
@@ -284,6 +285,11 @@ async def run_scenario(
                 if t.mock_log is not None:
                     name = f"mock-{t.label}.jsonl" if t.label else "mock.jsonl"
                     rundir.copy_mock_log(t.mock_log, t.mock_log_offset, name)
+                if t.launch is not None and t.launch.run_dir is not None:
+                    # the sandbox's own directory goes; its process logs stay with the results
+                    logs = rundir.path / (f"logs-{t.label}" if t.label else "logs")
+                    shutil.copytree(t.launch.logs, logs, dirs_exist_ok=True)
+                    t.launch.remove_run_dir()
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)

@@ -19,7 +19,9 @@ class Cli:
     def __init__(self, home: Path, out: Path) -> None:
         self.home = home
         self.out = out
-        self.env = dict(os.environ, KSTRESS_HOME=str(home), PYTHONPATH=str(REPO))
+        # TMPDIR: the sandboxes' run dirs (kept after stop, with their logs) land in the test's tmp
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.env = dict(os.environ, KSTRESS_HOME=str(home), PYTHONPATH=str(REPO), TMPDIR=str(out.parent))
 
     def run(self, *args: str, timeout: float = 120, script: str | None = None) -> subprocess.CompletedProcess:
         argv = [sys.executable, str(REPO / "scripts" / script), *args] if script else [sys.executable, "-m", "harness", *args]

@@ -38,7 +38,8 @@ def test_launch_kcli_status_stop(cli):
     assert r.returncode == 0 and "no orphans" in r.stdout
     assert not (cli.home / "current").exists()
     assert wait_for(lambda: namespace_gone(st["namespace"], st["net_inode"]), 5, "namespace removal")
-    assert not Path(st["socket"]).exists()
+    assert not Path(st["socket"]).exists() and not Path(st["mock_socket"]).exists()
+    assert Path(st["run_dir"], "logs", "target.err").exists()
 
 
 def test_stop_names_orphans_of_a_leaky_kernel(cli):
