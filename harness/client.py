@@ -32,9 +32,10 @@ class ConnError(Exception):
     """A connection could not be made or was lost. ``kind`` is one of:
     refused, no_socket, backlog_full, capacity, timeout, auth, closed, protocol, reset."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, detail: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.detail = detail  # for `capacity`: the errno name (EMFILE, ...)
 
 
 @dataclass
@@ -56,7 +57,11 @@ class Turn:
     error_code: str | None = None
     error_message: str | None = None
     outcome: str = "pending"  # response | error | timeout | conn_error | closed
-    conn_error: str | None = None
+    conn_error: str | None = None  # what happened, for people
+    conn_kind: str | None = None  # a ConnError kind, for the verdict
+
+    def lost(self, kind: str, message: str) -> None:
+        self.outcome, self.conn_kind, self.conn_error = "conn_error", kind, message
 
     @property
     def reply(self) -> str:
@@ -91,7 +96,8 @@ def failed_turn(marker: str, exc: "ConnError") -> Turn:
     """The record of an input that could not be delivered: it was attempted,
     so it counts, as a conn_error."""
     nonce = new_nonce("f")
-    turn = Turn(input_id=nonce, text=compose(marker or None, nonce), nonce=nonce, outcome="conn_error", conn_error=f"{exc.kind}: {exc}")
+    turn = Turn(input_id=nonce, text=compose(marker or None, nonce), nonce=nonce)
+    turn.lost(exc.kind, str(exc))
     turn.t_sent = time.monotonic()
     return turn
 
@@ -122,7 +128,8 @@ async def open_unix(path: str, deadline: float, retry_refused: bool = False) -> 
         except OSError as exc:
             sock.close()
             if exc.errno in CAPACITY_ERRNOS:
-                raise ConnError("capacity", f"{path}: {errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror}") from None
+                name = errno.errorcode.get(exc.errno, str(exc.errno))
+                raise ConnError("capacity", f"{path}: {name}: {exc.strerror}", detail=name) from None
             raise ConnError("refused", f"{path}: {exc}") from None
         now = time.monotonic()
         if now >= deadline:
@@ -264,7 +271,7 @@ class KernelClient:
         try:
             await self._send(self.protocol.input_frame(nonce, full, interrupt))
         except ConnError as exc:
-            turn.outcome, turn.conn_error = "conn_error", f"{exc.kind}: {exc}"
+            turn.lost(exc.kind, str(exc))
         return turn
 
     async def collect(self, turn: Turn, timeout_s: float) -> Turn:
@@ -286,11 +293,11 @@ class KernelClient:
             return turn
         except ProtocolError as exc:
             self._eof = True
-            turn.outcome, turn.conn_error = "conn_error", f"protocol: {exc}"
+            turn.lost("protocol", str(exc))
             return turn
         except (ConnectionError, OSError) as exc:
             self._eof = True
-            turn.outcome, turn.conn_error = "conn_error", f"connection lost: {exc}"
+            turn.lost("reset", f"connection lost: {exc}")
             return turn
         if turn.outcome == "pending":
             turn.outcome, turn.conn_error = "closed", "kernel closed the connection before the turn ended"

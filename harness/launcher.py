@@ -28,7 +28,7 @@ import psutil
 from .client import ConnError, KernelClient
 from .errors import TargetError, UsageError
 from .protocol import load_protocol
-from .target import TargetSpec
+from .target import TargetSpec, render
 
 SOCKET_NAME = "kernel.sock"
 MOCK_SOCKET_NAME = "mock.sock"
@@ -41,6 +41,14 @@ def invoking_ids() -> tuple[int, int]:
     if os.geteuid() == 0 and os.environ.get("SUDO_UID", "").isdigit():
         return int(os.environ["SUDO_UID"]), int(os.environ.get("SUDO_GID", os.environ["SUDO_UID"]))
     return os.getuid(), os.getgid()
+
+
+def give_to_invoking_user(*paths: Path) -> None:
+    """Under sudo, what a run creates belongs to the user who ran sudo."""
+    uid, gid = invoking_ids()
+    if os.geteuid() == 0 and uid != 0:
+        for p in paths:
+            os.chown(p, uid, gid)
 
 
 def state_home() -> Path:
@@ -170,10 +178,7 @@ class Launch:
             )
         for sub in ("data", "logs"):
             (run_dir / sub).mkdir(mode=0o700)
-        uid, gid = invoking_ids()
-        if os.geteuid() == 0 and uid != 0:
-            for p in (run_dir, run_dir / "data", run_dir / "logs"):
-                os.chown(p, uid, gid)
+        give_to_invoking_user(run_dir, run_dir / "data", run_dir / "logs")
         return run_dir
 
     def _as_user(self, argv: list[str]) -> list[str]:
@@ -187,9 +192,7 @@ class Launch:
     def _log(self, name: str) -> Any:
         f = open(self.logs / name, "wb")
         self._files.append(f)
-        uid, gid = invoking_ids()
-        if os.geteuid() == 0 and uid != 0:
-            os.chown(self.logs / name, uid, gid)
+        give_to_invoking_user(self.logs / name)
         return f
 
     async def start(self) -> None:
@@ -245,8 +248,6 @@ class Launch:
             "config": str(self.data_dir / self.spec.config_file) if self.spec.config_file else "",
         }
         if self.spec.config_template is not None and self.spec.config_file:
-            from .target import render
-
             (self.data_dir / self.spec.config_file).write_text(render(self.spec.config_template, values))
         self.argv = self.spec.render_argv(values)
         self.bin_sha256 = await asyncio.to_thread(sha256_of, self.bin_path)
@@ -314,9 +315,7 @@ class Launch:
         }
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
-        uid, gid = invoking_ids()
-        if os.geteuid() == 0 and uid != 0:
-            os.chown(tmp, uid, gid)
+        give_to_invoking_user(tmp)
         os.replace(tmp, self.state_path)
 
     def target_alive(self) -> bool:

@@ -10,20 +10,8 @@ import psutil
 
 from .client import ConnError, KernelClient
 from .protocol import load_protocol
+from .sandbox import processes_in
 from .supervisor import require_running
-
-
-def namespace_pids(net_inode: int | None) -> list[int]:
-    if not net_inode:
-        return []
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if Path(f"/proc/{p.pid}/ns/net").stat().st_ino == net_inode:
-                out.append(p.pid)
-        except OSError:
-            continue
-    return out
 
 
 async def show_status(state: Path | None) -> None:
@@ -32,7 +20,8 @@ async def show_status(state: Path | None) -> None:
     print(f"state: {running.state_path}  status: {s.get('status')}")
     print(f"namespace: {s.get('namespace')} ({s.get('mechanism')})  supervisor pid {s.get('supervisor_pid')}")
     print("processes:")
-    for pid in namespace_pids(s.get("net_inode")):
+    # the supervisor holds the namespace pinned, so its inode still means it
+    for pid in processes_in(s["net_inode"]) if s.get("net_inode") else []:
         try:
             p = psutil.Process(pid)
             print(f"  {pid:>7} {p.status():<9} {p.memory_info().rss / 2**20:7.1f} MB  {' '.join(p.cmdline())[:100]}")

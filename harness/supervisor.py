@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from .errors import KstressError, TargetError, UsageError
-from .launcher import Launch, LaunchSettings, invoking_ids, pointer_path
+from .launcher import Launch, LaunchSettings, give_to_invoking_user, pointer_path
 
 TEARDOWN_NAME = "teardown.json"
 
@@ -89,12 +89,9 @@ def require_running(state: Path | None = None) -> RunningSandbox:
 def _write_pointer(state_path: Path) -> None:
     ptr = pointer_path()
     ptr.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    uid, gid = invoking_ids()
     tmp = ptr.with_suffix(".tmp")
     tmp.write_text(str(state_path) + "\n")
-    if os.geteuid() == 0 and uid != 0:
-        os.chown(ptr.parent, uid, gid)
-        os.chown(tmp, uid, gid)
+    give_to_invoking_user(ptr.parent, tmp)
     os.replace(tmp, ptr)
 
 

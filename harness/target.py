@@ -43,9 +43,8 @@ def render(template: str, values: Mapping[str, str]) -> str:
 
 
 def default_refkernel_bin() -> str:
-    """The reference kernel's console script next to this interpreter, else
-    `python -m refkernel` via {bin}=sys.executable is not possible, so we
-    require the script (installed by `pip install -e .`)."""
+    """The reference kernel's console script: next to this interpreter, else on
+    PATH (`pip install -e .` installs it)."""
     candidate = Path(sys.executable).with_name("refkernel")
     if candidate.exists():
         return str(candidate)
@@ -113,9 +112,8 @@ class TargetSpec:
 
 
 def spec_from_flags(bin: str | None, args: tuple[str, ...] = (), extra: tuple[str, ...] = (), protocol: str | None = None) -> TargetSpec:
-    """``--bin PATH [--arg A ...]``; without --bin, the reference kernel.
-    ``args`` replace the argv after {bin} only when given with a placeholder;
-    otherwise they are appended (as ARGS after ``--``)."""
+    """``--bin PATH [--arg A ...] [-- ARGS]``; without --bin, the reference
+    kernel. ``args`` and ``extra`` are appended to the default argv."""
     if bin is None:
         return TargetSpec(bin=default_refkernel_bin(), name="refkernel", extra_args=tuple(args) + tuple(extra), protocol=protocol)
     return TargetSpec(bin=bin, extra_args=tuple(args) + tuple(extra), protocol=protocol)

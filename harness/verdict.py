@@ -81,7 +81,7 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False) -> TurnVerd
     reply = turn.reply
 
     if turn.outcome == "conn_error":
-        failures.append(f"conn_error:{(turn.conn_error or 'unknown').split(':', 1)[0]}")
+        failures.append(f"conn_error:{turn.conn_kind or 'unknown'}")
     elif turn.outcome == "timeout":
         failures.append("timeout")
     elif turn.outcome == "closed":

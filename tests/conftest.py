@@ -11,6 +11,10 @@ import psutil
 import pytest
 
 
+# tests/ itself is importable: shared helpers such as waiting.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
 def _children() -> dict[int, str]:
     out = {}
     for p in psutil.Process().children(recursive=True):

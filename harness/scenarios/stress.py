@@ -135,7 +135,7 @@ class _Load:
 
     def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load") -> None:
         if err.kind == "capacity":
-            self.capacity_errors[str(err).split(":")[1].strip() if ":" in str(err) else "capacity"] += 1
+            self.capacity_errors[err.detail or "capacity"] += 1
         self.record(failed_turn(marker, err), kind, conn, seq)
 
     async def connect(self) -> KernelClient:

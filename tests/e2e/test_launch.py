@@ -10,7 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from e2ehelpers import namespace_gone, wait_for
+from e2ehelpers import namespace_gone
+from waiting import wait_until as wait_for
 
 pytestmark = pytest.mark.slow
 

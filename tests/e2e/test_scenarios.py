@@ -18,7 +18,7 @@ from harness.scenarios import Access, CmpSettings, run_cmp
 from harness.scenarios.hold import HoldSettings, run_hold
 from harness.target import spec_from_flags
 
-from e2ehelpers import wait_for
+from waiting import wait_until as wait_for
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -69,39 +69,38 @@ def _turns(tmp_path: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in tmp_path.glob("stress-*/turns.jsonl"))
 
 
-def test_target_death_writes_partial_results_and_exits_3(tmp_path):
+def _cut_short(tmp_path: Path, turns: int, cut) -> tuple[int, str, Path, dict]:
+    """Start a long stress run, let it record some turns, then `cut(proc)`;
+    the exit code, stderr, run dir and run.json it left."""
     p = _stress(tmp_path)
     try:
-        wait_for(lambda: _turns(tmp_path) >= 8, 60, "some turns to be recorded")
-        kernel = [c for c in psutil.Process(p.pid).children(recursive=True) if "refkernel" in " ".join(c.cmdline())]
-        assert kernel
-        kernel[0].kill()
+        wait_for(lambda: _turns(tmp_path) >= turns, 60, "some turns to be recorded")
+        cut(p)
         out, err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
             p.communicate()
-    assert p.returncode == 3, err
     run_dir = Path(out.strip().splitlines()[-1].removeprefix("run: "))
-    doc = json.loads((run_dir / "run.json").read_text())
+    return p.returncode, err, run_dir, json.loads((run_dir / "run.json").read_text())
+
+
+def test_target_death_writes_partial_results_and_exits_3(tmp_path):
+    def kill_kernel(p):
+        kernel = [c for c in psutil.Process(p.pid).children(recursive=True) if "refkernel" in " ".join(c.cmdline())]
+        assert kernel
+        kernel[0].kill()
+
+    code, err, run_dir, doc = _cut_short(tmp_path, 8, kill_kernel)
+    assert code == 3, err
     assert doc["exit_code"] == 3 and "died" in doc["error"]
     assert len((run_dir / "turns.jsonl").read_text().splitlines()) >= 8
     assert (run_dir / "report.md").exists()
 
 
 def test_interrupt_writes_partial_results(tmp_path):
-    p = _stress(tmp_path)
-    try:
-        wait_for(lambda: _turns(tmp_path) >= 4, 60, "some turns to be recorded")
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    assert p.returncode == 130, err
-    run_dir = Path(out.strip().splitlines()[-1].removeprefix("run: "))
-    doc = json.loads((run_dir / "run.json").read_text())
+    code, err, run_dir, doc = _cut_short(tmp_path, 4, lambda p: p.send_signal(signal.SIGINT))
+    assert code == 130, err
     assert doc["exit_code"] == 130 and doc["error"].startswith("interrupted")
     assert len((run_dir / "turns.jsonl").read_text().splitlines()) >= 4
 

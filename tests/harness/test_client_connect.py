@@ -34,18 +34,18 @@ async def test_full_backlog_is_retried_until_accepted(tmp_path):
             await open_unix(path, time.monotonic() + 0.3)
         assert info.value.kind == "backlog_full"
 
-        async def drain_later():
-            await asyncio.sleep(0.2)  # let the client hit EAGAIN a few times first
-            srv.setblocking(False)
-            for _ in range(len(filler) + 2):
-                try:
-                    srv.accept()[0].close()
-                except BlockingIOError:
-                    break
-
-        drainer = asyncio.create_task(drain_later())
-        sock = await open_unix(path, time.monotonic() + 5)
-        await drainer
+        connecting = asyncio.create_task(open_unix(path, time.monotonic() + 5))
+        # One turn of the loop: the task makes its first attempt, which fails
+        # with EAGAIN on the full backlog, and parks in its backoff.
+        await asyncio.sleep(0)
+        assert not connecting.done()
+        srv.setblocking(False)
+        for _ in range(len(filler) + 2):
+            try:
+                srv.accept()[0].close()
+            except BlockingIOError:
+                break
+        sock = await connecting
         # really connected: the peer address is the server's path
         assert sock.getpeername() == path
         sock.close()

@@ -41,28 +41,6 @@ def procs_in(path: Path) -> list[psutil.Process]:
     return found
 
 
-def wait_until(cond, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
-async def await_until(cond, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await cond() if asyncio.iscoroutinefunction(cond) else cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(interval)
-
-
 @dataclass
 class KernelProc:
     proc: asyncio.subprocess.Process

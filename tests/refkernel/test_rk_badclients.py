@@ -9,7 +9,8 @@ import socket
 
 import psutil
 
-from rkhelpers import await_until, procs_in
+from rkhelpers import procs_in
+from waiting import await_until
 from mock import markers
 from rkclient import KernelConn, open_unix, text_for
 

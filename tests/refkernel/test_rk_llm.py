@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rkhelpers import await_until
+from waiting import await_until
 from mock import MockServer, MockSettings
 from rkclient import text_for
 

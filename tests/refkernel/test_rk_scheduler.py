@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from rkhelpers import await_until
+from waiting import await_until
 from mock import markers
 from rkclient import text_for
 

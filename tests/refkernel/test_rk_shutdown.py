@@ -11,7 +11,8 @@ import time
 import psutil
 import pytest
 
-from rkhelpers import await_until, procs_in
+from rkhelpers import procs_in
+from waiting import await_until
 from rkclient import KernelConn, text_for
 
 
