@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
+from random import getrandbits as _getrandbits
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -32,14 +32,10 @@ _ROLE_DELTA = _dumps({"role": "assistant", "content": None})
 _FINISH = {f: _dumps(f) for f in ("stop", "tool_calls", "error", "length")}
 
 
-@functools.lru_cache(maxsize=256)
-def _json_str(value: str) -> str:
-    # a request's model name: the same few strings for every request
-    return _dumps(value)
-
-
 def new_id() -> str:
-    return "chatcmpl-" + os.urandom(12).hex()
+    # unique per response, not a secret: the PRNG (seeded from the OS at
+    # start) instead of a getrandom() syscall per response
+    return f"chatcmpl-{_getrandbits(96):024x}"
 
 
 def split_arguments(args: str) -> list[str]:
@@ -193,6 +189,19 @@ class StreamTemplate:
         return template
 
 
+@functools.lru_cache(maxsize=64)
+def _chunk_parts(created: int, model: str, include_usage: bool) -> tuple[str, str, str]:
+    """What follows the id in every chunk, the usage field of a non-final
+    chunk, and what follows the delta in a plain chunk: the same for every
+    response of one second, model and usage setting."""
+    prefix_tail = (
+        f',"object":"chat.completion.chunk","created":{created},"model":{_dumps(model)},'
+        f'"system_fingerprint":"{FINGERPRINT}","choices":[{{"index":0,"delta":'
+    )
+    usage_tail = ',"usage":null' if include_usage else ""
+    return prefix_tail, usage_tail, f',"logprobs":null,"finish_reason":null}}]{usage_tail}}}\n\n'
+
+
 @dataclass
 class Renderer:
     """Builds the chunks of one response; id/created/model are fixed per response."""
@@ -210,14 +219,9 @@ class Renderer:
     def __post_init__(self) -> None:
         self.id = self.id or new_id()
         self.created = self.created or int(time.time())
-        self._prefix_tail = (
-            f',"object":"chat.completion.chunk","created":{self.created},"model":{_json_str(self.model)},'
-            f'"system_fingerprint":"{FINGERPRINT}","choices":[{{"index":0,"delta":'
-        )
-        self._usage_tail = ',"usage":null' if self.include_usage else ""
+        self._prefix_tail, self._usage_tail, self._tail = _chunk_parts(self.created, self.model, self.include_usage)
         # chunk_json's output split around the delta, for _frame
-        self._head = f'data: {{"id":"{self.id}"{self._prefix_tail}'
-        self._tail = f',"logprobs":null,"finish_reason":null}}]{self._usage_tail}}}\n\n'
+        self._head = 'data: {"id":"' + self.id + '"' + self._prefix_tail
 
     def _event(self, body: str) -> bytes:
         if self.event_line:
