@@ -25,6 +25,7 @@ from ..errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_TARGET, KstressError, Tar
 from ..launcher import Launch, LaunchSettings
 from ..protocol import Protocol, load_protocol
 from ..results import Check, RunDir, host_meta
+from ..stats import LogHistogram
 from ..supervisor import require_running
 
 EXIT_INTERRUPTED = 130
@@ -158,7 +159,9 @@ class Progress:
         self.total = total
         self.done = 0
         self.passed = 0
-        self.latencies: list[float] = []
+        # the whole run's p50 within 1% in O(buckets) memory, however long the
+        # run: the exact percentiles are computed once, from turns.jsonl
+        self.latencies = LogHistogram()
         self.t0 = time.monotonic()
         self._task: asyncio.Task | None = None
 
@@ -166,12 +169,10 @@ class Progress:
         self.done += 1
         self.passed += passed
         if latency is not None and passed:
-            self.latencies.append(latency)
+            self.latencies.record(latency)
 
     def line(self) -> str:
-        from ..stats import percentile
-
-        p50 = percentile(self.latencies[-2000:], 50)
+        p50 = self.latencies.percentile(50)
         rate = f"{self.passed / self.done:.1%}" if self.done else "-"
         total = f"/{self.total}" if self.total else ""
         p50s = f"{p50 * 1000:.0f}ms" if p50 is not None else "-"

@@ -30,3 +30,20 @@ async def test_progress_is_silent_when_quiet_or_not_a_tty():
         p.draw()
         await p.stop()
         assert stream.getvalue() == ""
+
+
+def test_progress_p50_covers_the_whole_run_in_bounded_memory():
+    import random
+
+    from harness.stats import percentile
+
+    rng = random.Random(3)
+    xs = [rng.lognormvariate(-2, 0.5) for _ in range(20000)]
+    p = Progress(len(xs), stream=Tty())
+    for x in xs:
+        p.add(True, x)
+    # the first half of the run counts as much as the last: not a recent window
+    assert p.latencies.n == len(xs)
+    assert len(p.latencies.counts) < 1000
+    shown = float(p.line().split("p50 ")[1].split("ms")[0]) / 1000
+    assert abs(shown - percentile(xs, 50)) <= 0.011 * percentile(xs, 50) + 0.0005
