@@ -250,6 +250,8 @@ def _access(launch, state, socket, token, tools_file, target_file, bin_, args, e
 
 
 def _finish(result) -> None:
+    if result.dir is None:  # bad input before anything ran: the message is all
+        _fail(result.error or "usage error", result.exit_code)
     click.echo(result.report)
     if result.error:
         click.echo(f"kstress: {result.error}", err=True)
@@ -267,7 +269,13 @@ def _ints(value: str, flag: str) -> tuple[int, ...]:
 @cli.command("stress", context_settings={"ignore_unknown_options": False})
 @click.option("--conns", default=32, show_default=True, help="Concurrent connections.")
 @click.option("--inputs", default=10, show_default=True, help="Inputs per connection.")
-@click.option("--mix", default=None, help="Weighted markers, e.g. '!batch4:3,!slowbatch2:1,text:1'.")
+@click.option(
+    "--mix",
+    default=None,
+    help="Weighted markers, e.g. '!batch4:3,!slowbatch2:1,text:1'. The last ':N' of an item is always its "
+    "weight: write '!err:429:1' for a 429 with weight 1 ('!err:429' is !err with weight 429). "
+    "Default: " + "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2" + ".",
+)
 @click.option("--interrupts", default=0.0, show_default=True, help="Interrupt-priority inputs per second.")
 @click.option("--duration", type=float, help="Stop sending new inputs after S seconds.")
 @click.option("--rate", type=float, help="Open model: inputs per second (latency also from the scheduled time).")
@@ -281,7 +289,7 @@ def stress_cmd(conns, inputs, mix, interrupts, duration, rate, timeout_s, seed, 
     from .scenarios import StressSettings, run_stress
     from .scenarios.stress import DEFAULT_MIX
 
-    settings = StressSettings(conns=conns, inputs=inputs, mix=mix or DEFAULT_MIX, interrupts=interrupts, duration_s=duration, rate=rate, timeout_s=timeout_s, seed=seed, dedup_probe=not no_dedup_probe, out=out, quiet=quiet)
+    settings = StressSettings(conns=conns, inputs=inputs, mix=DEFAULT_MIX if mix is None else mix, interrupts=interrupts, duration_s=duration, rate=rate, timeout_s=timeout_s, seed=seed, dedup_probe=not no_dedup_probe, out=out, quiet=quiet)
     access = _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
     _finish(asyncio.run(run_stress(settings, access)))
 
@@ -370,10 +378,13 @@ def main() -> None:
     main_with(None, "kstress")
 
 
-def main_with(argv: list[str] | None, prog_name: str) -> None:
-    """Run the CLI with the exit-code mapping (scripts/ call this)."""
+def main_with(argv: list[str] | None, prog_name: str, command: str | None = None) -> None:
+    """Run the CLI, or one of its commands as if it were the program (a
+    script's usage line then reads `stress.py [OPTIONS]`, not `stress.py
+    stress`), with the exit-code mapping."""
+    entry = cli if command is None else cli.commands[command]
     try:
-        cli.main(argv, prog_name=prog_name, standalone_mode=True)
+        entry.main(argv, prog_name=prog_name, standalone_mode=True, **cli.context_settings)
     except KstressError as exc:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:

@@ -11,4 +11,4 @@ _bootstrap.ensure()
 from harness.cli import main_with  # noqa: E402
 
 if __name__ == "__main__":
-    main_with(["stress", *sys.argv[1:]], "stress.py")
+    main_with(sys.argv[1:], "stress.py", "stress")

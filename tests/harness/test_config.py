@@ -27,6 +27,10 @@ def test_settings_validate_each_field():
         StressSettings(conns=20000, inputs=100)
     with pytest.raises(UsageError, match="--n 65"):
         AbtestSettings(ns=(65,))
+    # a median with an interval from two samples is not a number to defend
+    with pytest.raises(UsageError, match="--rounds 2 is invalid: use 3 to 1000"):
+        AbtestSettings(ns=(2,), rounds=2)
+    assert AbtestSettings(ns=(2,), rounds=3).rounds == 3
 
 
 def test_target_toml(tmp_path):
@@ -86,3 +90,27 @@ def test_run_dirs_are_fresh_and_loader_refuses_unknown_schema(tmp_path):
     (b.path / "run.json").write_text(json.dumps(data))
     with pytest.raises(UsageError, match="kstress.run/99"):
         load_run(b.path)
+
+
+def test_scripts_read_as_programs_and_help_shows_the_real_default_mix():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness.scenarios.stress import DEFAULT_MIX
+
+    repo = Path(__file__).resolve().parents[2]
+    for script, usage in (("stress.py", "stress.py [OPTIONS]"), ("cmp.py", "cmp.py [OPTIONS] OLD NEW"), ("kcli.py", "kcli.py [OPTIONS] COMMAND")):
+        r = subprocess.run([sys.executable, str(repo / "scripts" / script), "--help"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.startswith(f"Usage: {usage}"), r.stdout[:200]
+        if script == "stress.py":
+            assert DEFAULT_MIX in "".join(r.stdout.split())  # click may wrap it anywhere
+
+
+def test_an_empty_mix_is_an_error_not_the_default():
+    from click.testing import CliRunner
+
+    from harness.cli import cli
+
+    r = CliRunner().invoke(cli, ["stress", "--mix", "", "--socket", "/nonexistent.sock"])
+    assert r.exit_code != 0 and isinstance(r.exception, UsageError) and "is empty" in str(r.exception)
