@@ -82,7 +82,11 @@ def find_running(state: Path | None = None) -> RunningSandbox | None:
 def require_running(state: Path | None = None) -> RunningSandbox:
     running = find_running(state)
     if running is None or not running.supervisor_alive:
-        raise UsageError("no running sandbox: run scripts/launch.sh first (or pass --socket PATH / --state FILE)")
+        where = f"state file {state}" if state is not None else f"pointer {pointer_path()}"
+        raise UsageError(
+            f"no running sandbox ({where} names none that is alive): run scripts/launch.sh first, "
+            "or pass --launch to start one for this run only (or --socket PATH / --state FILE)"
+        )
     return running
 
 

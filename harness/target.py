@@ -96,12 +96,19 @@ class TargetSpec:
     def check_binary(self) -> Path:
         """The resolved binary, or a UsageError saying what is wrong with it."""
         path = Path(self.bin) if "/" in self.bin else Path(shutil.which(self.bin) or self.bin)
+        # the fix names where the binary came from: a flag, a target file, a cmp argument
+        if self.source == "flags":
+            other = "pass an existing executable to --bin"
+        elif self.source.startswith("command "):
+            other = f"make the first word of the {self.source} an existing executable (a path, a name on PATH, or refkernel)"
+        else:
+            other = f"set bin in {self.source} to an existing executable"
         if not path.exists():
-            raise UsageError(f"target binary {self.bin!r} does not exist; pass an existing executable to --bin")
+            raise UsageError(f"target binary {self.bin!r} does not exist; {other}")
         if path.is_dir():
-            raise UsageError(f"target binary {self.bin!r} is a directory, not an executable")
+            raise UsageError(f"target binary {self.bin!r} is a directory, not an executable; {other}")
         if not os.access(path, os.X_OK):
-            raise UsageError(f"target binary {self.bin!r} is not executable; chmod +x it or pass another --bin")
+            raise UsageError(f"target binary {self.bin!r} is not executable; chmod +x it or {other}")
         return path.resolve()
 
     def render_argv(self, values: Mapping[str, str]) -> list[str]:
@@ -128,7 +135,7 @@ def spec_from_command(command: str) -> TargetSpec:
     first = words[0]
     if first == "refkernel":
         first = default_refkernel_bin()
-    return TargetSpec(bin=first, extra_args=tuple(words[1:]), name=" ".join(shlex.quote(w) for w in words))
+    return TargetSpec(bin=first, extra_args=tuple(words[1:]), name=" ".join(shlex.quote(w) for w in words), source=f"command {command!r}")
 
 
 _SIGNALS = {s.name: s for s in signal.Signals}

@@ -184,7 +184,10 @@ def _marker(token: str, name: str, raw_count: str, raw_args: str) -> Marker:
     if not takes_count and count is not None:
         raise MarkerError(f"marker {token!r} takes no count; write !{name}")
     if len(args) > max_args:
-        raise MarkerError(f"marker {token!r} takes at most {max_args} ':' argument(s); see docs/markers.md")
+        head = f"!{name}{raw_count}"
+        if not max_args:
+            raise MarkerError(f"marker {token!r}: {head} takes no ':' arguments; write {head}")
+        raise MarkerError(f"marker {token!r}: {head} takes at most {max_args} ':' argument(s); docs/markers.md gives its form")
     if any(a == "" for a in args):
         raise MarkerError(f"marker {token!r} has an empty ':' argument")
     if count is not None and not N_MIN <= count <= N_MAX:

@@ -57,10 +57,13 @@ def test_stop_names_orphans_of_a_leaky_kernel(cli):
 
 def test_no_running_sandbox(cli):
     for script in ("stress.py", "kcli.py"):
-        args = ("send", "!batch2") if script == "kcli.py" else ()
+        args = ("send", "!batch2") if script == "kcli.py" else ("--out", str(cli.out))
         r = cli.run(*args, script=script)
         assert r.returncode == 2
-        assert "no running sandbox: run scripts/launch.sh first" in r.stderr
+        assert "no running sandbox" in r.stderr and "run scripts/launch.sh first, or pass --launch" in r.stderr
+    # bad input before any turn: the message, and no empty FAIL report in a run dir
+    assert "run:" not in r.stdout
+    assert not any(cli.out.glob("stress-*"))
 
 
 def test_supervisor_killed_leaves_nothing(cli):

@@ -92,7 +92,7 @@ def test_markers_parse(text: str, name: str, count, args) -> None:
         ("!batch0", "count 0 is out of range; N must be from 1 to 64"),
         ("!batch65", "count 65 is out of range"),
         ("!img2", "takes no count"),
-        ("!batch2:5", "takes at most 0 ':' argument(s)"),
+        ("!batch2:5", "!batch2 takes no ':' arguments; write !batch2"),
         ("!slowbatch2:5:6:7", "takes at most 2"),
         ("!slowbatch2:5:6", "step '6' must be whole milliseconds from 0 to MS (5)"),
         ("!slowbatch2:", "empty ':' argument"),
