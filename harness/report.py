@@ -68,7 +68,9 @@ def render_stress(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "",
     ]
     if s.get("failures"):
-        out += ["| failure | count |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in s["failures"].items()] + [""]
+        ex = s.get("failure_examples") or {}
+        out += ["| failure | count | first seen as |", "|---|---:|---|"]
+        out += [f"| {k} | {v} | `{ex.get(k, k)}` |" for k, v in s["failures"].items()] + [""]
     out += ["## Latency (passed turns only)", "", "| measure | n | p50 | p90 | p99 | max |", "|---|---:|---:|---:|---:|---:|"]
     for name, key in (("done (from send)", "latency_s"), ("first frame", "first_frame_s"), ("done (from schedule)", "scheduled_latency_s")):
         p = s.get(key)
@@ -96,10 +98,8 @@ def render_stress(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 
 def render_batch(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    from .scenarios.batch import summarize_batch
-
-    s = summarize_batch(rows) if rows else doc.get("summary", {})
     st = doc.get("settings", {})
+    s = summarize("batch", st, rows) or doc.get("summary", {})
     out = _header(doc, "batch")
     out += [
         f"kinds {', '.join(st.get('kinds', []))} for N in {', '.join(map(str, st.get('ns', [])))}, {st.get('rounds')} round(s) each, one turn at a time",
@@ -121,11 +121,9 @@ def render_batch(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 
 def render_abtest(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    from .scenarios.abtest import summarize_abtest
-
     st = doc.get("settings", {})
-    tool_ms = st.get("tool_ms_effective") or st.get("tool_ms") or 200
-    s = summarize_abtest(rows, tuple(st.get("ns", ())), st.get("rounds", 0), tool_ms) if rows else doc.get("summary", {})
+    tool_ms = _abtest_tool_ms(st)
+    s = summarize("abtest", st, rows) or doc.get("summary", {})
     out = _header(doc, "abtest")
     out += [
         f"`!slowbatchN` (concurrent) vs `!serialbatchN` (serial control), {st.get('rounds')} interleaved rounds (ABBA), tools of {tool_ms} ms; "
@@ -154,10 +152,8 @@ def render_abtest(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 
 def render_cmp(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    from .scenarios.cmp import summarize_cmp
-
     st = doc.get("settings", {})
-    s = summarize_cmp(rows, st) if rows else doc.get("summary", {})
+    s = summarize("cmp", st, rows) or doc.get("summary", {})
     out = _header(doc, "cmp")
     out += [
         f"OLD `{st.get('old')}` vs NEW `{st.get('new')}`, interleaved rounds (ABBA); better/worse needs p < {st.get('alpha')} "
@@ -213,6 +209,31 @@ RENDERERS: dict[str, Callable[[dict[str, Any], list[dict[str, Any]]], str]] = {
     "abtest": render_abtest,
     "cmp": render_cmp,
 }
+
+
+def _abtest_tool_ms(settings: dict[str, Any]) -> int:
+    return settings.get("tool_ms_effective") or settings.get("tool_ms") or 200
+
+
+def summarize(scenario: str, settings: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A scenario's summary recomputed from its turn rows alone (what an
+    interrupted run or a dead target leaves); {} for scenarios without one."""
+    from .scenarios.abtest import summarize_abtest
+    from .scenarios.batch import summarize_batch
+    from .scenarios.cmp import summarize_cmp
+    from .scenarios.stress import summarize_stress
+
+    if not rows:
+        return {}
+    if scenario == "stress":
+        return summarize_stress(rows, {})
+    if scenario == "batch":
+        return summarize_batch(rows)
+    if scenario == "abtest":
+        return summarize_abtest(rows, tuple(settings.get("ns", ())), settings.get("rounds", 0), _abtest_tool_ms(settings))
+    if scenario == "cmp":
+        return summarize_cmp(rows, settings)
+    return {}
 
 
 def rerender(path: Path) -> str:

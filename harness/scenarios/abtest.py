@@ -47,8 +47,8 @@ class AbtestSettings:
         for n in self.ns:
             if not 1 <= n <= N_MAX:
                 raise UsageError(f"--n {n} is out of range: use 1 to {N_MAX}")
-        if not 1 <= self.rounds <= 1000:
-            raise UsageError(f"--rounds {self.rounds} is invalid: use 1 to 1000 (at least {MIN_VALID} for a valid median)")
+        if not MIN_VALID <= self.rounds <= 1000:
+            raise UsageError(f"--rounds {self.rounds} is invalid: use {MIN_VALID} to 1000 (a median with a confidence interval needs at least {MIN_VALID} valid rounds per arm)")
         if self.tool_ms is not None and not 1 <= self.tool_ms <= MS_MAX:
             raise UsageError(f"--tool-ms {self.tool_ms} is invalid: use 1 to {MS_MAX}")
 
@@ -73,7 +73,7 @@ def summarize_abtest(rows: list[dict[str, Any]], ns: tuple[int, ...], rounds: in
         if overlap_serial is not None and overlap_serial > 1:
             reasons.append(f"serial control ran concurrently (observed overlap {overlap_serial}): speedup refused")
         for a in arms:
-            if len(samples[a]) < min(MIN_VALID, rounds):
+            if len(samples[a]) < MIN_VALID:
                 reasons.append(f"only {len(samples[a])} valid {a} round(s) of {len(arms[a])}")
         ok = not reasons
         speedup, lo, hi = bootstrap_ratio(samples["serial"], samples["concurrent"]) if ok else (None, None, None)
@@ -95,8 +95,8 @@ def summarize_abtest(rows: list[dict[str, Any]], ns: tuple[int, ...], rounds: in
                 "valid_rounds": {a: len(samples[a]) for a in arms},
                 "invalid_rounds": dict(invalid),
                 "reasons": reasons,
-                "warnings": [f"concurrent: {w}" for w in stability_warnings(samples["concurrent"], MIN_VALID)]
-                + [f"serial: {w}" for w in stability_warnings(samples["serial"], MIN_VALID)],
+                "warnings": [f"concurrent: {w}" for w in stability_warnings(samples["concurrent"])]
+                + [f"serial: {w}" for w in stability_warnings(samples["serial"])],
             }
         )
     return {"rows": table, "tool_ms": tool_ms, "rounds": rounds, "measure": "tool phase (tool_ms of the verdict line)"}

@@ -21,7 +21,7 @@ from mock.catalog import DEFAULT_CATALOG, Catalog, load_catalog
 from mock.markers import Plan, build_plan
 
 from ..client import KernelClient
-from ..errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_TARGET, KstressError, TargetError, UsageError
+from ..errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_TARGET, EXIT_USAGE, KstressError, TargetError, UsageError
 from ..launcher import Launch, LaunchSettings
 from ..protocol import Protocol, load_protocol
 from ..results import Check, RunDir, host_meta
@@ -143,7 +143,7 @@ class RunResult:
     scenario: str
     passed: bool
     exit_code: int
-    dir: Path
+    dir: Path | None  # None: a usage error before any turn, nothing was written
     summary: dict[str, Any]
     checks: tuple[Check, ...]
     report: str
@@ -299,8 +299,22 @@ async def run_scenario(
     from ..results import read_jsonl
 
     rows = read_jsonl(rundir.path / "turns.jsonl")
+    if exit_code == EXIT_USAGE and not rows and not any(rundir.path.glob("logs*")):
+        # bad input caught before anything ran: the message is the result; an
+        # empty FAIL report beside it would only be noise
+        shutil.rmtree(rundir.path, ignore_errors=True)
+        return RunResult(scenario, False, exit_code, None, {}, (), "", error)
     if outcome is None:
-        outcome = Outcome(summary={"partial": True, "turns_recorded": len(rows)}, checks=[Check("run completed", False, error or "")], settings=settings_json)
+        from ..report import summarize
+
+        # the numbers of the turns that did finish, as `kstress report` would
+        # recompute them: a cut-short run still says what it measured
+        summary: dict[str, Any] = {"partial": True, "turns_recorded": len(rows)}
+        try:
+            summary.update(summarize(scenario, settings_json, rows))
+        except Exception as exc:  # noqa: BLE001 - the files below must still be written
+            summary["summary_error"] = f"{type(exc).__name__}: {exc}"
+        outcome = Outcome(summary=summary, checks=[Check("run completed", False, error or "")], settings=settings_json)
     checks = tuple(outcome.checks)
     passed = exit_code == EXIT_OK and all(c.passed for c in checks)
     if exit_code == EXIT_OK and not passed:

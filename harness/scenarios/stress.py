@@ -261,7 +261,7 @@ class _Load:
         v1, v2 = judge(first, plan), judge(second, plan, expect_duplicate=True)
         for k, (turn, v) in enumerate(((first, v1), (second, v2))):
             row = v.to_json()
-            row.update(kind="probe", conn=-2, seq=k, t_rel=round(turn.t_sent - self.t0, 4))
+            row.update(kind="probe", conn=-2, seq=k, t_rel=round(turn.t_sent - self.t0, 4), duplicate=turn.duplicate)
             self.rundir.turn(row)
         if not v1.passed:
             return {"ok": False, "detail": f"the probe's first input failed: {v1.failure}"}
@@ -275,7 +275,16 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any]) -> dict
     `kstress report` recomputes it from turns.jsonl."""
     inputs = [r for r in rows if r.get("kind") in ("load", "interrupt")]
     passed = [r for r in inputs if r.get("passed")]
-    failures = Counter(r["failures"][0].split(" ", 1)[0] for r in inputs if not r.get("passed") and r.get("failures"))
+    # keyed by the failure's name without its numbers (`count 1/4` and
+    # `count 3/4` are one row); the first full reason of each is kept as an example
+    failures: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for r in inputs:
+        if not r.get("passed") and r.get("failures"):
+            reason = r["failures"][0]
+            name = reason.split(" ", 1)[0]
+            failures[name] += 1
+            examples.setdefault(name, reason)
     lat = [r["latency_s"] for r in passed if r.get("latency_s") is not None]
     first = [r["first_frame_s"] for r in passed if r.get("first_frame_s") is not None]
     sched = [r["scheduled_s"] for r in passed if r.get("scheduled_s") is not None]
@@ -288,6 +297,7 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any]) -> dict
         "passed": len(passed),
         "pass_rate": (len(passed) / len(inputs)) if inputs else None,
         "failures": dict(sorted(failures.items())),
+        "failure_examples": dict(sorted(examples.items())),
         "interrupts": {"attempted": len(interrupts), "passed": sum(1 for r in interrupts if r.get("passed"))},
         "latency_s": _pcts(lat),
         "first_frame_s": _pcts(first),
@@ -295,7 +305,8 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any]) -> dict
         "throughput_per_s": round(len(passed) / duration, 2) if duration > 0 else None,
         "duration_s": round(duration, 3),
         "kernel": {k: kstats.get(k) for k in ("executed", "rejected", "suspended", "resumed", "preempted", "duplicates", "peak_queued", "children", "llm_state") if k in kstats},
-        "peak_queue": max(filter(None, [kstats.get("peak_queued"), res.get("peak_queued")]), default=None),
+        # 0 is a peak too: only a missing value is skipped
+        "peak_queue": max((v for v in (kstats.get("peak_queued"), res.get("peak_queued")) if v is not None), default=None),
         "resources": {k: res.get(k) for k in ("peak_rss_mb", "peak_cpu_pct", "mean_cpu_pct", "peak_threads", "peak_fds", "peak_children", "samples", "sampler_cpu_s") if k in res},
         "reconnects": extras.get("reconnects", 0),
         "capacity_errors": extras.get("capacity_errors", {}),
