@@ -28,13 +28,11 @@ import http.client
 import json
 import os
 import re
-import selectors
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.launcher import read_line  # noqa: E402
 from mock.markers import build_plan, compose, parse_text_verdict  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
@@ -171,20 +170,13 @@ class Server:
         return self
 
     def _ready(self, timeout: float) -> str:
-        assert self.proc is not None and self.proc.stdout is not None
-        buf = b""
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in buf:
-                left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None:
-                    raise BenchError(f"{self.name} did not start within {timeout} s: {self.argv} said {buf!r}")
-                if sel.select(min(left, 0.2)):
-                    buf += os.read(self.proc.stdout.fileno(), 4096)
-        m = READY_RE.fullmatch(buf.decode())
+        assert self.proc is not None
+        line = read_line(self.proc, timeout)
+        if not line or not line.endswith("\n"):
+            raise BenchError(f"{self.name} did not start within {timeout} s: {self.argv} said {line!r}")
+        m = READY_RE.fullmatch(line)
         if not m:
-            raise BenchError(f"{self.name}: unexpected ready line {buf!r}")
+            raise BenchError(f"{self.name}: unexpected ready line {line!r}")
         return m.group(1)
 
     def close(self) -> str:

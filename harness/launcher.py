@@ -15,7 +15,9 @@ import hashlib
 import json
 import os
 import secrets
+import selectors
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +83,29 @@ def tail(path: Path, lines: int = 15) -> str:
     except OSError:
         return ""
     return "\n".join(data[-lines:])
+
+
+def read_line(proc: subprocess.Popen, timeout_s: float) -> str | None:
+    """The first line ``proc`` writes on stdout (a ready line), newline
+    included; what it wrote before closing stdout ('' for nothing) when it
+    exits first; None when neither happens within ``timeout_s``. Reads the raw
+    fd, so a partial line cannot block past the deadline."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    buf = b""
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if sel.select(left):
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                buf += chunk
+    return buf.decode(errors="replace")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from .errors import KstressError, TargetError, UsageError
-from .launcher import Launch, LaunchSettings, give_to_invoking_user, pointer_path
+from .launcher import Launch, LaunchSettings, give_to_invoking_user, pointer_path, read_line
 
 TEARDOWN_NAME = "teardown.json"
 
@@ -179,8 +179,10 @@ def start_detached(argv: list[str], timeout_s: float) -> tuple[Path, dict[str, A
             text=True,
         )
     assert proc.stdout is not None
-    line = _readline_deadline(proc, timeout_s)
+    line = read_line(proc, timeout_s)
     proc.stdout.close()
+    if line == "":
+        line = f"error 4 supervisor exited with code {proc.wait()} before it was ready"
     if line is None:
         proc.terminate()
         try:
@@ -198,25 +200,6 @@ def start_detached(argv: list[str], timeout_s: float) -> tuple[Path, dict[str, A
         exc: KstressError = TargetError(message) if code == "3" else UsageError(message) if code == "2" else KstressError(message)
         raise exc
     raise KstressError(f"the supervisor exited without a ready line (exit {proc.returncode}): {line!r}")
-
-
-def _readline_deadline(proc: subprocess.Popen, timeout_s: float) -> str | None:
-    import selectors
-
-    assert proc.stdout is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            if sel.select(remaining):
-                line = proc.stdout.readline()
-                return line if line else f"error 4 supervisor exited with code {proc.wait()} before it was ready"
-    finally:
-        sel.close()
 
 
 def stop_running(state: Path | None, timeout_s: float = 60.0) -> dict[str, Any]:

@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mock.markers import MS_MAX, N_MAX, build_plan
+from mock.markers import MS_MAX, build_plan
 
 from ..errors import UsageError
 from ..results import Check, RunDir, read_jsonl
 from ..stats import bootstrap_median, bootstrap_ratio, stability_warnings
-from .common import Access, Outcome, Progress, RunResult, Target, Watch, run_scenario
+from .common import Access, Outcome, Progress, RunResult, Target, Watch, check_batch_sizes, run_scenario
 from .seq import Sequential
 
 MIN_VALID = 3
@@ -42,11 +42,7 @@ class AbtestSettings:
     quiet: bool = False
 
     def __post_init__(self) -> None:
-        if not self.ns:
-            raise UsageError("--n is empty: give batch sizes, e.g. --n 2,4,8,12")
-        for n in self.ns:
-            if not 1 <= n <= N_MAX:
-                raise UsageError(f"--n {n} is out of range: use 1 to {N_MAX}")
+        check_batch_sizes(self.ns, "2,4,8,12")
         if not MIN_VALID <= self.rounds <= 1000:
             raise UsageError(f"--rounds {self.rounds} is invalid: use {MIN_VALID} to 1000 (a median with a confidence interval needs at least {MIN_VALID} valid rounds per arm)")
         if self.tool_ms is not None and not 1 <= self.tool_ms <= MS_MAX:

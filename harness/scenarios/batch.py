@@ -10,11 +10,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mock.markers import N_MAX, N_MIN
-
 from ..errors import UsageError
 from ..results import Check, RunDir, read_jsonl
-from .common import Access, Outcome, Progress, RunResult, Target, Watch, run_scenario
+from .common import Access, Outcome, Progress, RunResult, Target, Watch, check_batch_sizes, run_scenario
 from .seq import Sequential
 
 KINDS = ("batch", "mixed", "slowbatch")
@@ -30,11 +28,8 @@ class BatchSettings:
     quiet: bool = False
 
     def __post_init__(self) -> None:
-        if not self.ns:
-            raise UsageError("--n is empty: give batch sizes, e.g. --n 2,4,8")
+        check_batch_sizes(self.ns, "2,4,8")
         for n in self.ns:
-            if not N_MIN <= n <= N_MAX:
-                raise UsageError(f"--n {n} is out of range: batch sizes are {N_MIN} to {N_MAX}")
             if n < 2 and "mixed" in self.kinds:
                 raise UsageError(f"--n {n}: a mixed batch needs N >= 2 (drop mixed from --kinds or use N >= 2)")
         for k in self.kinds:

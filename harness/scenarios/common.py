@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 import psutil
 
 from mock.catalog import DEFAULT_CATALOG, Catalog, load_catalog
-from mock.markers import Plan, build_plan
+from mock.markers import N_MAX, N_MIN, Plan, build_plan
 
 from ..client import KernelClient
 from ..errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_TARGET, EXIT_USAGE, KstressError, TargetError, UsageError
@@ -337,6 +337,15 @@ async def run_scenario(
     report = render(doc, rows)
     (rundir.path / "report.md").write_text(report)
     return RunResult(scenario, passed, exit_code, rundir.path, outcome.summary, checks, report, error)
+
+
+def check_batch_sizes(ns: tuple[int, ...], example: str) -> None:
+    """--n of batch and abtest: a non-empty list of counts the marker grammar takes."""
+    if not ns:
+        raise UsageError(f"--n is empty: give batch sizes, e.g. --n {example}")
+    for n in ns:
+        if not N_MIN <= n <= N_MAX:
+            raise UsageError(f"--n {n} is out of range: batch sizes are {N_MIN} to {N_MAX}")
 
 
 def require(cond: bool, message: str) -> None:

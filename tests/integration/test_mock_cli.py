@@ -6,9 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import re
-import selectors
 import signal
 import socket
 import subprocess
@@ -18,6 +16,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from waiting import wait_until
+
+from harness.launcher import read_line
 
 REPO = Path(__file__).resolve().parents[2]
 READY_RE = re.compile(r"mock listening on http://127\.0\.0\.1:(\d+)\n")
@@ -37,25 +38,14 @@ class MockProcess:
 
     def wait_ready(self, timeout: float = 15.0) -> int:
         """Read the ready line within ``timeout``; show stderr on failure."""
-        assert self.proc.stdout is not None
-        buf = b""
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in buf:
-                left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None:
-                    self.stop()
-                    raise AssertionError(
-                        f"{self.argv}: no ready line within {timeout} s (rc={self.proc.returncode}); "
-                        f"stdout={buf!r} stderr={self.stderr.decode()[-2000:]!r}"
-                    )
-                if sel.select(min(left, 0.2)):
-                    chunk = os.read(self.proc.stdout.fileno(), 4096)
-                    if not chunk:
-                        continue
-                    buf += chunk
-        self.ready_line = buf.decode()
+        line = read_line(self.proc, timeout)
+        if not line or not line.endswith("\n"):
+            self.stop()
+            raise AssertionError(
+                f"{self.argv}: no ready line within {timeout} s (rc={self.proc.returncode}); "
+                f"stdout={line!r} stderr={self.stderr.decode()[-2000:]!r}"
+            )
+        self.ready_line = line
         m = READY_RE.fullmatch(self.ready_line)
         assert m, f"ready line is {self.ready_line!r}, want 'mock listening on http://127.0.0.1:PORT'"
         self.port = int(m.group(1))
@@ -194,13 +184,11 @@ def test_client_disconnects_leave_no_traceback_and_the_log_is_complete(tmp_path:
                 while b"call_cut_0" not in got:
                     assert time.monotonic() < deadline, got
                     got += sock.recv(65536)
-        deadline = time.monotonic() + 5
-        while True:
-            stats = json.loads(_get(port, "/_mock/stats")[1])
-            if stats.get("disconnects", 0) == 3 and stats["inflight"] == 0:
-                break
-            assert time.monotonic() < deadline, f"disconnects not counted: {stats}"
-            time.sleep(0.02)
+        wait_until(
+            lambda: (s := json.loads(_get(port, "/_mock/stats")[1])).get("disconnects", 0) == 3 and s["inflight"] == 0,
+            5,
+            "the mock to count 3 client disconnects and have nothing in flight",
+        )
         assert p.signal(signal.SIGTERM) == 0
     err = p.stderr.decode()
     assert "Traceback" not in err and "Error handling request" not in err, err
