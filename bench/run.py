@@ -6,7 +6,7 @@ so that drift on a shared machine hits all three alike:
 
   floor  bench/floor.py: a bare aiohttp handler that parses the body and writes
          the mock's 20-chunk text reply, prebuilt, in one write
-  text   the real mock (`python -m harness mock --port 0`), a streamed
+  text   the real mock (`python -m mock --port 0`), a streamed
          20-chunk text reply
   batch  the real mock, a streamed 4-call tool batch (!batch4)
 
@@ -260,7 +260,7 @@ def run(settings: Settings) -> dict:
     py = sys.executable
     samples: list[Sample] = []
     with Server("floor", [py, str(ROOT / "bench" / "floor.py"), "--port", "0"], settings.server_cpu) as floor, Server(
-        "mock", [py, "-m", "harness", "mock", "--port", "0"], settings.server_cpu
+        "mock", [py, "-m", "mock", "--port", "0"], settings.server_cpu
     ) as mock:
         urls = {"floor": floor.url, "text": mock.url, "batch": mock.url}
         for name, url in urls.items():

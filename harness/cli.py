@@ -24,43 +24,13 @@ def cli() -> None:
     """Black-box stress harness for agent kernels."""
 
 
-@cli.command("mock")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=0, show_default=True, type=int, help="Port; 0 picks a free one and prints it.")
-@click.option("--ttft-ms", default=0, show_default=True, type=int, help="Delay before the first byte of a stream.")
-@click.option("--chunk-delay-ms", default=0, show_default=True, type=int, help="Delay between stream chunks.")
-@click.option("--text-chunks", default=20, show_default=True, type=int, help="Pieces a text reply is streamed in.")
-@click.option("--tool-ms", default=200, show_default=True, type=int, help="Base sleep of !slowbatch tools.")
-@click.option("--mixed-ms", default=50, show_default=True, type=int, help="Sleep of the !mixed batch's shell calls.")
-@click.option("--tools", "tools", type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog (TOML or JSON).")
-@click.option("--script", type=click.Path(dir_okay=False, path_type=Path), help="Fixed reply list (JSON or JSONL), cycled.")
-@click.option("--log", type=click.Path(dir_okay=False, path_type=Path), help="Append one JSON line per request.")
-@click.option("--model", default="kstress-mock", show_default=True, help="Model name when a request has none.")
-@click.option("--unix", type=click.Path(dir_okay=False, path_type=Path), help="Also serve on this unix socket.")
-def mock_cmd(host, port, ttft_ms, chunk_delay_ms, text_chunks, tool_ms, mixed_ms, tools, script, log, model, unix) -> None:
-    """Run the deterministic mock LLM (OpenAI chat completions) until SIGINT/SIGTERM."""
-    from mock import DEFAULT_CATALOG, ConfigError, MockSettings, load_catalog, load_script
+@cli.command("mock", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
+@click.pass_context
+def mock_cmd(ctx) -> None:
+    """Run the deterministic mock LLM (an alias of `python -m mock`; --help lists its flags)."""
+    from mock.__main__ import main as mock_main
 
-    from .mockcmd import serve_mock
-
-    try:
-        settings = MockSettings(
-            host=host,
-            port=port,
-            ttft_ms=ttft_ms,
-            chunk_delay_ms=chunk_delay_ms,
-            text_chunks=text_chunks,
-            tool_ms=tool_ms,
-            mixed_ms=mixed_ms,
-            catalog=load_catalog(tools) if tools else DEFAULT_CATALOG,
-            script=load_script(script) if script else None,
-            log_path=log,
-            model=model,
-            unix_path=unix,
-        )
-        asyncio.run(serve_mock(settings))
-    except ConfigError as exc:
-        _fail(str(exc), EXIT_USAGE)
+    sys.exit(mock_main(ctx.args, prog=ctx.command_path, err_prefix="kstress"))
 
 
 # --- launch / stop / status -------------------------------------------------------

@@ -233,7 +233,7 @@ class Launch:
 
     async def _start_mock(self) -> None:
         argv = [
-            sys.executable, "-m", "harness", "mock", "--host", "127.0.0.1", "--port", "0",
+            sys.executable, "-m", "mock", "--host", "127.0.0.1", "--port", "0",
             "--unix", str(self.mock_socket), "--log", str(self.run_dir / "mock.jsonl"),
             "--tool-ms", str(self.settings.tool_ms), "--mixed-ms", str(self.settings.mixed_ms),
         ]

@@ -1,21 +1,35 @@
 """kstress mock LLM: a deterministic OpenAI-compatible server whose replies are
 chosen by markers in the user message and whose follow-ups carry a verdict on
-what the kernel did with the tool calls.
+what the kernel did with the tool calls. A program of its own: ``python -m mock``.
 
 Public surface::
 
-    MockSettings, MockServer, create_app     -- run it
+    MockSettings, MockServer, create_app     -- run it (imports aiohttp)
     Catalog, DEFAULT_CATALOG, load_catalog   -- map roles to a kernel's tools
     Script, load_script                      -- a fixed reply list instead of markers
     markers                                  -- the grammar the harness shares
     MockError, ConfigError, MarkerError
+
+Importing ``mock`` or its pure grammar modules (``mock.markers``,
+``mock.catalog``, ``mock.errors``) does not import aiohttp: the server is
+loaded on first use of a name that needs it.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from . import markers
 from .catalog import DEFAULT_CATALOG, Catalog, load_catalog
 from .errors import ConfigError, MarkerError, MockError
-from .script import Script, load_script
-from .server import MockServer, MockSettings, create_app
+
+_LAZY = {
+    "MockServer": "server",
+    "MockSettings": "server",
+    "create_app": "server",
+    "Script": "script",
+    "load_script": "script",
+}
 
 __all__ = [
     "Catalog",
@@ -31,3 +45,14 @@ __all__ = [
     "load_script",
     "markers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mock' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

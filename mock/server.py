@@ -22,7 +22,7 @@ from aiohttp import web
 from . import wire
 from .catalog import DEFAULT_CATALOG, Catalog
 from .errors import ConfigError, MarkerError
-from .markers import MS_MAX, Call, Plan, build_plan, find_nonce, parse_marker, text_verdict
+from .markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, MS_MAX, Call, Plan, build_plan, find_nonce, parse_marker, text_verdict
 from .script import Script
 from .verdict import StreamClock, check, latest_user_index, message_text, verdict_text
 
@@ -40,8 +40,8 @@ class MockSettings:
     ttft_ms: int = 0
     chunk_delay_ms: int = 0
     text_chunks: int = 20
-    tool_ms: int = 200
-    mixed_ms: int = 50
+    tool_ms: int = DEFAULT_TOOL_MS
+    mixed_ms: int = DEFAULT_MIXED_MS
     catalog: Catalog = DEFAULT_CATALOG
     script: Script | None = None
     log_path: Path | None = None

@@ -66,7 +66,7 @@ async def running_kernel(*flags: str, tool_ms: int = 200) -> AsyncIterator[Kerne
     try:
         with open(d / "mock.out", "wb") as out, open(d / "mock.err", "wb") as err:
             mock = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "harness", "mock", "--port", "0", "--tool-ms", str(tool_ms), "--log", str(d / "mock.jsonl"),
+                sys.executable, "-m", "mock", "--port", "0", "--tool-ms", str(tool_ms), "--log", str(d / "mock.jsonl"),
                 stdout=out, stderr=err, cwd=ROOT,
             )
         line = await _wait_line(d / "mock.out", "mock listening on ", mock, 20)

@@ -1,4 +1,4 @@
-"""`kstress mock` and `scripts/mockllm.py` as a user runs them: real
+"""`python -m mock`, its aliases `kstress mock` and `scripts/mockllm.py`, as a user runs them: real
 subprocesses, the ready line, signals, exit codes, messages."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from harness.launcher import read_line
 REPO = Path(__file__).resolve().parents[2]
 READY_RE = re.compile(r"mock listening on http://127\.0\.0\.1:(\d+)\n")
 HARNESS = [sys.executable, "-m", "harness", "mock"]
+MOCK = [sys.executable, "-m", "mock"]
 SCRIPT = [sys.executable, str(REPO / "scripts" / "mockllm.py")]
 
 
@@ -103,7 +104,7 @@ def _chat(port: int, text: str) -> bytes:
         conn.close()
 
 
-@pytest.mark.parametrize("argv", [HARNESS, SCRIPT], ids=["python-m-harness", "scripts-mockllm"])
+@pytest.mark.parametrize("argv", [MOCK, HARNESS, SCRIPT], ids=["python-m-mock", "python-m-harness", "scripts-mockllm"])
 def test_serves_and_exits_0_on_sigterm(argv: list[str]) -> None:
     with mock_process([*argv, "--port", "0"]) as p:
         port = p.wait_ready()
@@ -195,3 +196,18 @@ def test_client_disconnects_leave_no_traceback_and_the_log_is_complete(tmp_path:
     assert err == ""
     recs = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(recs) == 3 and all(r["nonce"] == "cut" for r in recs)
+
+
+def test_the_grammar_modules_do_not_load_the_server() -> None:
+    """The harness may import mock.markers, mock.catalog and mock.errors; none
+    of them (nor `import mock`) may pull in aiohttp or the server."""
+    code = (
+        "import sys, mock, mock.markers, mock.catalog, mock.errors\n"
+        "bad = sorted(m for m in sys.modules if m == 'aiohttp' or m.startswith('aiohttp.') or m in ('mock.server', 'mock.wire'))\n"
+        "print(','.join(bad))\n"
+        "from mock import MockServer\n"
+        "print('aiohttp' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["", "True"], out.stdout

@@ -1,0 +1,92 @@
+"""`python -m mock`: the mock LLM as a program of its own.
+
+Serves until SIGINT or SIGTERM, then closes its connections and exits 0. The
+ready line is the contract with whoever started it: exactly one line,
+``mock listening on http://HOST:PORT``, once it accepts connections. A bad flag
+or file exits 2 with one line on stderr naming the value, the rule and the fix.
+
+Only stdlib and aiohttp here (the mock imports nothing of the harness);
+``kstress mock`` and ``scripts/mockllm.py`` are thin aliases of this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Sequence, TextIO
+
+from .markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
+
+EXIT_USAGE = 2
+
+
+def parser(prog: str = "python -m mock") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run the deterministic mock LLM (OpenAI chat completions) until SIGINT/SIGTERM.")
+    p.add_argument("--host", default="127.0.0.1", help="Address to bind. [default: 127.0.0.1]")
+    p.add_argument("--port", default=0, type=int, help="Port; 0 picks a free one and prints it. [default: 0]")
+    p.add_argument("--ttft-ms", default=0, type=int, help="Delay before the first byte of a stream. [default: 0]")
+    p.add_argument("--chunk-delay-ms", default=0, type=int, help="Delay between stream chunks. [default: 0]")
+    p.add_argument("--text-chunks", default=20, type=int, help="Pieces a text reply is streamed in. [default: 20]")
+    p.add_argument("--tool-ms", default=DEFAULT_TOOL_MS, type=int, help=f"Base sleep of !slowbatch tools. [default: {DEFAULT_TOOL_MS}]")
+    p.add_argument("--mixed-ms", default=DEFAULT_MIXED_MS, type=int, help=f"Sleep of the !mixed batch's shell calls. [default: {DEFAULT_MIXED_MS}]")
+    p.add_argument("--tools", type=Path, help="Tool catalog (TOML or JSON).")
+    p.add_argument("--script", type=Path, help="Fixed reply list (JSON or JSONL), cycled.")
+    p.add_argument("--log", type=Path, help="Append one JSON line per request.")
+    p.add_argument("--model", default="kstress-mock", help="Model name when a request has none. [default: kstress-mock]")
+    p.add_argument("--unix", type=Path, help="Also serve on this unix socket.")
+    return p
+
+
+async def serve(settings, out: TextIO = sys.stdout) -> None:  # settings: MockSettings
+    """Serve until SIGINT or SIGTERM; print the ready line once listening."""
+    from .server import MockServer
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with MockServer(settings) as server:
+            print(f"mock listening on {server.url}", file=out, flush=True)
+            await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m mock", err_prefix: str = "mock") -> int:
+    args = parser(prog).parse_args(argv)
+    from .catalog import DEFAULT_CATALOG, load_catalog
+    from .errors import ConfigError
+    from .script import load_script
+    from .server import MockSettings
+
+    try:
+        settings = MockSettings(
+            host=args.host,
+            port=args.port,
+            ttft_ms=args.ttft_ms,
+            chunk_delay_ms=args.chunk_delay_ms,
+            text_chunks=args.text_chunks,
+            tool_ms=args.tool_ms,
+            mixed_ms=args.mixed_ms,
+            catalog=load_catalog(args.tools) if args.tools else DEFAULT_CATALOG,
+            script=load_script(args.script) if args.script else None,
+            log_path=args.log,
+            model=args.model,
+            unix_path=args.unix,
+        )
+        asyncio.run(serve(settings))
+    except ConfigError as exc:
+        print(f"{err_prefix}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:  # a SIGINT before the handler was installed
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
