@@ -1,16 +1,24 @@
 """The `kstress` command line: parse, call one library function, print, map
-exceptions to exit codes (docs/results.md). Nothing else lives here."""
+exceptions to exit codes (docs/results.md). Nothing else lives here.
+
+The scenario commands are built from the registry (harness/scenarios) and the
+flags their settings declare (harness/options.py); signals are handled here,
+at the edge, and nowhere in the library."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from pathlib import Path
+from typing import Any, Awaitable, Callable
 
 import click
 
+from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
+
 from . import __version__
-from .errors import EXIT_INTERNAL, EXIT_USAGE, KstressError, UsageError
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, KstressError, UsageError
 
 
 def _fail(message: str, code: int) -> None:
@@ -18,7 +26,25 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class Kstress(click.Group):
+    """The scenario commands come from the registry, built when asked for, so
+    that `kstress mock` or `kstress stop` do not import every scenario."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from .scenarios import REGISTRY
+
+        return sorted(set(super().list_commands(ctx)) | set(REGISTRY))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        found = super().get_command(ctx, name)
+        if found is not None:
+            return found
+        from .scenarios import REGISTRY
+
+        return scenario_command(REGISTRY[name]) if name in REGISTRY else None
+
+
+@click.group(cls=Kstress, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="kstress")
 def cli() -> None:
     """Black-box stress harness for agent kernels."""
@@ -33,23 +59,51 @@ def mock_cmd(ctx) -> None:
     sys.exit(mock_main(ctx.args, prog=ctx.command_path, err_prefix="kstress"))
 
 
-# --- launch / stop / status -------------------------------------------------------
+# --- shared parameters ----------------------------------------------------------------
 
 
-def _target_options(f):
-    for opt in reversed(
-        [
-            click.option("--target", "target_file", type=click.Path(dir_okay=False, path_type=Path), help="Target TOML file."),
-            click.option("--bin", "bin_", help="Binary to run (default: the reference kernel)."),
-            click.option("--arg", "args", multiple=True, help="Extra argument for the binary (repeatable)."),
-            click.option("--protocol", help="Socket protocol adapter, module:Class."),
-            click.option("--mechanism", type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True, help="Sandbox mechanism."),
-            click.option("--tool-ms", default=200, show_default=True, type=int, help="Mock: base sleep of !slowbatch tools."),
-            click.option("--mixed-ms", default=50, show_default=True, type=int, help="Mock: sleep of !mixed shell calls."),
-        ]
-    ):
-        f = opt(f)
-    return f
+def _target_params() -> list[click.Parameter]:
+    return [
+        click.Option(["--target", "target_file"], type=click.Path(dir_okay=False, path_type=Path), help="Target TOML file."),
+        click.Option(["--bin", "bin_"], help="Binary to run (default: the reference kernel)."),
+        click.Option(["--arg", "args"], multiple=True, help="Extra argument for the binary (repeatable)."),
+        click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
+        click.Option(["--mechanism"], type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True, help="Sandbox mechanism."),
+        click.Option(["--tool-ms"], default=DEFAULT_TOOL_MS, show_default=True, type=int, help="Mock: base sleep of !slowbatch tools."),
+        click.Option(["--mixed-ms"], default=DEFAULT_MIXED_MS, show_default=True, type=int, help="Mock: sleep of !mixed shell calls."),
+    ]
+
+
+def _access_params() -> list[click.Parameter]:
+    return [
+        click.Option(["--launch"], is_flag=True, help="Start an own sandbox for this run (with the target options) instead of using the running one."),
+        click.Option(["--state"], type=click.Path(dir_okay=False, path_type=Path), help="State file of a running sandbox (default: the current one)."),
+        click.Option(["--socket"], type=click.Path(path_type=Path), help="A kernel socket to drive directly, without a sandbox."),
+        click.Option(["--token"], help="Auth token (default: the sandbox's)."),
+        click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog, with --socket."),
+        *_target_params(),
+        click.Argument(["extra"], nargs=-1),
+    ]
+
+
+def _endpoint_params() -> list[click.Parameter]:
+    return [
+        click.Option(["--state"], type=click.Path(dir_okay=False, path_type=Path), help="State file of a sandbox."),
+        click.Option(["--socket"], type=click.Path(path_type=Path), help="Kernel socket (instead of a sandbox)."),
+        click.Option(["--token"], help="Auth token (default: the sandbox's)."),
+        click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
+    ]
+
+
+def _with(params: Callable[[], list[click.Parameter]]):
+    """A decorator putting ``params()`` first among a command's parameters."""
+
+    def deco(f):
+        # click's decorators append in reverse; the command reverses them back
+        f.__click_params__ = getattr(f, "__click_params__", []) + list(reversed(params()))
+        return f
+
+    return deco
 
 
 def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms):
@@ -69,10 +123,38 @@ def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms
     return LaunchSettings(target=spec, mechanism=mechanism, tool_ms=tool_ms, mixed_ms=mixed_ms)
 
 
+def run_edge(make: Callable[[], Awaitable[Any]]) -> Any:
+    """The CLI edge of every async command: SIGINT, SIGTERM and SIGHUP (a
+    closed terminal) cancel the command's task, which a scenario records as
+    interrupted (exit 130, partial results written)."""
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.add_signal_handler(sig, task.cancel)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+        try:
+            return await make()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    return asyncio.run(main())
+
+
+# --- launch / stop / status -------------------------------------------------------
+
+
 @cli.command("launch", context_settings={"ignore_unknown_options": False})
-@_target_options
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the sandbox to be ready.")
 @click.argument("extra", nargs=-1)
+@_with(_target_params)
 def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, timeout, extra) -> None:
     """Start the target and the mock in a private sandbox, detached; print
     `socket:` and `state:` lines. ARGS after `--` go to the target."""
@@ -97,8 +179,8 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
 
 
 @cli.command("supervise", hidden=True)
-@_target_options
 @click.argument("extra", nargs=-1)
+@_with(_target_params)
 def supervise_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
     from .supervisor import supervise
 
@@ -139,29 +221,16 @@ def status_cmd(state) -> None:
 # --- kcli -------------------------------------------------------------------------
 
 
-def _endpoint_options(f):
-    for opt in reversed(
-        [
-            click.option("--state", type=click.Path(dir_okay=False, path_type=Path), help="State file of a sandbox."),
-            click.option("--socket", type=click.Path(path_type=Path), help="Kernel socket (instead of a sandbox)."),
-            click.option("--token", help="Auth token (default: the sandbox's)."),
-            click.option("--protocol", help="Socket protocol adapter, module:Class."),
-        ]
-    ):
-        f = opt(f)
-    return f
-
-
 @cli.group("kcli")
 def kcli_group() -> None:
     """Talk to a running kernel by hand."""
 
 
 @kcli_group.command("send")
-@_endpoint_options
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the turn to end.")
 @click.option("--raw", is_flag=True, help="Send the text as is (no nonce suffix).")
 @click.argument("text")
+@_with(_endpoint_params)
 def kcli_send(state, socket, token, protocol, timeout, raw, text) -> None:
     """Send one input; print its frames and `verdict: ok` or the failure (exit 1)."""
     from .kcli import resolve_endpoint, send_one
@@ -172,7 +241,7 @@ def kcli_send(state, socket, token, protocol, timeout, raw, text) -> None:
 
 
 @kcli_group.command("stats")
-@_endpoint_options
+@_with(_endpoint_params)
 def kcli_stats(state, socket, token, protocol) -> None:
     """Print the kernel's stats frame."""
     from .kcli import resolve_endpoint, stats
@@ -181,8 +250,8 @@ def kcli_stats(state, socket, token, protocol) -> None:
 
 
 @kcli_group.command("shell")
-@_endpoint_options
 @click.option("--timeout", default=60.0, show_default=True)
+@_with(_endpoint_params)
 def kcli_shell(state, socket, token, protocol, timeout) -> None:
     """Read inputs from stdin, one per line; exit 1 when any failed."""
     from .kcli import resolve_endpoint, shell
@@ -194,29 +263,64 @@ def kcli_shell(state, socket, token, protocol, timeout) -> None:
 # --- scenarios ----------------------------------------------------------------------
 
 
-def _access_options(f):
-    opts = [
-        click.option("--launch", is_flag=True, help="Start an own sandbox for this run (with the target options) instead of using the running one."),
-        click.option("--state", type=click.Path(dir_okay=False, path_type=Path), help="State file of a running sandbox (default: the current one)."),
-        click.option("--socket", type=click.Path(path_type=Path), help="A kernel socket to drive directly, without a sandbox."),
-        click.option("--token", help="Auth token (default: the sandbox's)."),
-        click.option("--tools", "tools_file", type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog, with --socket."),
-        click.option("--out", default=Path("runs"), show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Where run directories go."),
-        click.option("--quiet", is_flag=True, help="No live progress line."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return _target_options(f)
-
-
 def _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms):
-    from .scenarios import Access
+    from .sut import Access
 
     if launch:
         return Access(launch=launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms), tool_ms=tool_ms, mixed_ms=mixed_ms)
     if target_file or bin_ or args or extra:
         raise UsageError("target options (--target/--bin/--arg/ARGS) need --launch; without it the running sandbox is used")
     return Access(state=state, socket=socket, token=token, protocol=protocol, tool_ms=tool_ms, mixed_ms=mixed_ms, tools=tools_file)
+
+
+_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "target_file", "bin_", "args", "extra", "protocol", "mechanism", "tool_ms", "mixed_ms")
+_CLICK_TYPES = {int: int, float: float, str: str, Path: click.Path(path_type=Path)}
+
+
+def _settings_params(settings_cls) -> tuple[list[click.Parameter], list[tuple[str, Any]]]:
+    """click parameters for the settings fields marked with a flag, and the
+    flag of each (how its parsed value becomes the field's value)."""
+    from .options import flags_of
+
+    params: list[click.Parameter] = []
+    fields = []
+    for f, flag in flags_of(settings_cls):
+        dest = "s_" + f.name  # its own namespace: abtest's tool_ms (--ab-tool-ms) is not the mock's --tool-ms
+        if flag.flag is None:
+            params.append(click.Argument([dest], type=_CLICK_TYPES[flag.type], metavar=f.name.upper()))
+        elif flag.type is bool:
+            params.append(click.Option([flag.flag, dest], is_flag=True, help=flag.help))
+        else:
+            ctype = click.Choice(flag.choices) if flag.choices else _CLICK_TYPES[flag.type]
+            default = flag.shown if flag.shown is not None else f.default
+            params.append(click.Option([flag.flag, dest], type=ctype, default=default, show_default=flag.show_default and default is not None, help=flag.help))
+        fields.append((f.name, flag))
+    return params, fields
+
+
+def _value(flag, raw: Any) -> Any:
+    if flag.negates:
+        return not raw
+    if flag.parse is not None and isinstance(raw, str):
+        return flag.parse(raw)
+    return raw
+
+
+def scenario_command(sc) -> click.Command:
+    """A scenario's command, built from its settings' flags."""
+    params, fields = _settings_params(sc.settings)
+
+    def callback(**kw: Any) -> None:
+        settings = sc.settings(**{name: _value(flag, kw.pop('s_' + name)) for name, flag in fields})
+        if sc.access:
+            access = _access(*(kw[k] for k in _ACCESS_ARGS))
+            _finish(run_edge(lambda: sc.run(settings, access)))
+        else:
+            _finish(run_edge(lambda: sc.run(settings)))
+
+    if sc.access:
+        params += _access_params()
+    return click.Command(sc.name, params=params, callback=callback, help=sc.help)
 
 
 def _finish(result) -> None:
@@ -229,120 +333,14 @@ def _finish(result) -> None:
     sys.exit(result.exit_code)
 
 
-def _ints(value: str, flag: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in value.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"{flag} {value!r}: expected comma-separated integers, e.g. 2,4,8") from None
-
-
-@cli.command("stress", context_settings={"ignore_unknown_options": False})
-@click.option("--conns", default=32, show_default=True, help="Concurrent connections.")
-@click.option("--inputs", default=10, show_default=True, help="Inputs per connection.")
-@click.option(
-    "--mix",
-    default=None,
-    help="Weighted markers, e.g. '!batch4:3,!slowbatch2:1,text:1'. The last ':N' of an item is always its "
-    "weight: write '!err:429:1' for a 429 with weight 1 ('!err:429' is !err with weight 429). "
-    "Default: " + "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2" + ".",
-)
-@click.option("--interrupts", default=0.0, show_default=True, help="Interrupt-priority inputs per second.")
-@click.option("--duration", type=float, help="Stop sending new inputs after S seconds.")
-@click.option("--rate", type=float, help="Open model: inputs per second (latency also from the scheduled time).")
-@click.option("--timeout", "timeout_s", default=60.0, show_default=True, help="Seconds one turn may take.")
-@click.option("--seed", default=1, show_default=True, help="Seed of the marker mix.")
-@click.option("--no-dedup-probe", is_flag=True, help="Skip the replay-guard probe (for kernels without one).")
-@_access_options
-@click.argument("extra", nargs=-1)
-def stress_cmd(conns, inputs, mix, interrupts, duration, rate, timeout_s, seed, no_dedup_probe, launch, state, socket, token, tools_file, out, quiet, target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
-    """Many connections, a marker mix, every turn verified."""
-    from .scenarios import StressSettings, run_stress
-    from .scenarios.stress import DEFAULT_MIX
-
-    settings = StressSettings(conns=conns, inputs=inputs, mix=DEFAULT_MIX if mix is None else mix, interrupts=interrupts, duration_s=duration, rate=rate, timeout_s=timeout_s, seed=seed, dedup_probe=not no_dedup_probe, out=out, quiet=quiet)
-    access = _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
-    _finish(asyncio.run(run_stress(settings, access)))
-
-
-@cli.command("batch")
-@click.option("--n", "ns", default="2,4,8", show_default=True, help="Batch sizes.")
-@click.option("--kinds", default="batch,mixed,slowbatch", show_default=True, help="Which batch markers.")
-@click.option("--rounds", default=3, show_default=True, help="Turns per marker.")
-@click.option("--timeout", "timeout_s", default=60.0, show_default=True)
-@_access_options
-@click.argument("extra", nargs=-1)
-def batch_cmd(ns, kinds, rounds, timeout_s, launch, state, socket, token, tools_file, out, quiet, target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
-    """!batchN, !mixedN, !slowbatchN with full verification."""
-    from .scenarios import BatchSettings, run_batch
-
-    settings = BatchSettings(ns=_ints(ns, "--n"), kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()), rounds=rounds, timeout_s=timeout_s, out=out, quiet=quiet)
-    access = _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
-    _finish(asyncio.run(run_batch(settings, access)))
-
-
-@cli.command("abtest")
-@click.option("--n", "ns", default="2,4,8,12", show_default=True, help="Batch sizes.")
-@click.option("--rounds", default=6, show_default=True, help="Interleaved rounds per N.")
-@click.option("--ab-tool-ms", "ab_tool_ms", type=int, help="Sleep of each tool in the markers (default: the mock's --tool-ms).")
-@click.option("--no-expect-concurrency", is_flag=True, help="Do not fail when a parallel-safe batch ran serially.")
-@click.option("--timeout", "timeout_s", default=120.0, show_default=True)
-@_access_options
-@click.argument("extra", nargs=-1)
-def abtest_cmd(ns, rounds, ab_tool_ms, no_expect_concurrency, timeout_s, launch, state, socket, token, tools_file, out, quiet, target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
-    """Concurrency speedup: !slowbatchN vs !serialbatchN, interleaved."""
-    from .scenarios import AbtestSettings, run_abtest
-
-    settings = AbtestSettings(ns=_ints(ns, "--n"), rounds=rounds, tool_ms=ab_tool_ms, expect_concurrency=not no_expect_concurrency, timeout_s=timeout_s, out=out, quiet=quiet)
-    access = _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
-    _finish(asyncio.run(run_abtest(settings, access)))
-
-
-@cli.command("cmp")
-@click.option("--n", default=4, show_default=True, help="Batch size of dimensions 1 and 2.")
-@click.option("--rounds", default=8, show_default=True, help="Rounds of dimensions 1 and 2.")
-@click.option("--bombard-conns", default=32, show_default=True)
-@click.option("--bombard-rounds", default=3, show_default=True)
-@click.option("--stability-rounds", default=20, show_default=True)
-@click.option("--tool-ms", default=200, show_default=True, type=int)
-@click.option("--alpha", default=0.05, show_default=True)
-@click.option("--min-effect", default=0.05, show_default=True)
-@click.option("--mechanism", type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True)
-@click.option("--timeout", "timeout_s", default=60.0, show_default=True)
-@click.option("--out", default=Path("runs"), show_default=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--quiet", is_flag=True)
-@click.argument("old")
-@click.argument("new")
-def cmp_cmd(n, rounds, bombard_conns, bombard_rounds, stability_rounds, tool_ms, alpha, min_effect, mechanism, timeout_s, out, quiet, old, new) -> None:
-    """OLD vs NEW side by side (each a path, a quoted command line or a target
-    TOML); exit 1 when NEW regresses."""
-    from .scenarios import CmpSettings, run_cmp
-
-    settings = CmpSettings(old=old, new=new, n=n, rounds=rounds, bombard_conns=bombard_conns, bombard_rounds=bombard_rounds, stability_rounds=stability_rounds, tool_ms=tool_ms, alpha=alpha, min_effect=min_effect, mechanism=mechanism, timeout_s=timeout_s, out=out, quiet=quiet)
-    _finish(asyncio.run(run_cmp(settings)))
-
-
-@cli.command("hold")
-@click.option("--conns", default=10_000, show_default=True, help="Connections to hold at once.")
-@click.option("--probe", default=32, show_default=True, help="Held connections that send one input at once (keep it within the kernel queue).")
-@click.option("--timeout", "timeout_s", default=120.0, show_default=True)
-@_access_options
-@click.argument("extra", nargs=-1)
-def hold_cmd(conns, probe, timeout_s, launch, state, socket, token, tools_file, out, quiet, target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
-    """Open and hold many connections from one process; memory per connection."""
-    from .scenarios.hold import HoldSettings, run_hold
-
-    settings = HoldSettings(conns=conns, probe=probe, timeout_s=timeout_s, out=out, quiet=quiet)
-    access = _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
-    _finish(asyncio.run(run_hold(settings, access)))
-
-
 @cli.command("report")
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
 def report_cmd(run_dir) -> None:
     """Re-render DIR/report.md from the run's raw files and print it."""
-    from .report import rerender
+    from .scenarios import rerender
 
     click.echo(rerender(run_dir))
+
 
 def main() -> None:
     main_with(None, "kstress")
@@ -352,13 +350,14 @@ def main_with(argv: list[str] | None, prog_name: str, command: str | None = None
     """Run the CLI, or one of its commands as if it were the program (a
     script's usage line then reads `stress.py [OPTIONS]`, not `stress.py
     stress`), with the exit-code mapping."""
-    entry = cli if command is None else cli.commands[command]
+    entry = cli if command is None else cli.get_command(click.Context(cli), command)
+    assert entry is not None, command
     try:
         entry.main(argv, prog_name=prog_name, standalone_mode=True, **cli.context_settings)
     except KstressError as exc:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        _fail("interrupted", 130)
+        _fail("interrupted", EXIT_INTERRUPTED)
     except Exception as exc:  # a bug in kstress: say so, keep the traceback
         import traceback
 

@@ -1,9 +1,17 @@
 """The harness's exceptions and the exit code each maps to (docs/results.md).
 
     KstressError                    4  harness internal error (a bug in kstress)
-     +-- UsageError                 2  bad flags, settings, target or catalog file
+     +-- UsageError                 2  bad flags, settings, target, catalog or state file; a sandbox
+     |                                 that cannot be created here (run as root, or --mechanism userns)
      +-- TargetError                3  the system under test failed to start or died
+     |    +-- TargetDied            3    it died during the run (partial results are written)
+     +-- InfraError                 5  kstress's own side failed, not the kernel: a sandbox that
+     |    |                            cannot be cleaned up, the mock LLM died
+     |    +-- SandboxCleanupError   5
      +-- ChecksFailed               1  the run finished and some verdict failed
+     +-- Interrupted              130  SIGINT, SIGTERM or SIGHUP (partial results are written)
+
+Every message a user can cause names the value, the rule and the fix.
 """
 
 EXIT_OK = 0
@@ -11,6 +19,8 @@ EXIT_CHECKS_FAILED = 1
 EXIT_USAGE = 2
 EXIT_TARGET = 3
 EXIT_INTERNAL = 4
+EXIT_INFRA = 5
+EXIT_INTERRUPTED = 130
 
 
 class KstressError(Exception):
@@ -25,5 +35,21 @@ class TargetError(KstressError):
     exit_code = EXIT_TARGET
 
 
+class TargetDied(TargetError):
+    """The target exited while the run was driving it."""
+
+
+class InfraError(KstressError):
+    exit_code = EXIT_INFRA
+
+
+class SandboxCleanupError(InfraError):
+    """A sandbox's processes or namespace could not be removed."""
+
+
 class ChecksFailed(KstressError):
     exit_code = EXIT_CHECKS_FAILED
+
+
+class Interrupted(KstressError):
+    exit_code = EXIT_INTERRUPTED

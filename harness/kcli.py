@@ -33,8 +33,8 @@ class Endpoint:
 def resolve_endpoint(socket: Path | None, state: Path | None, token: str | None, protocol: str | None) -> Endpoint:
     if socket is not None:
         return Endpoint(str(socket), token, load_protocol(protocol))
-    running = require_running(state)
-    return Endpoint(running.socket, token or running.token, load_protocol(protocol or running.state.get("protocol")))
+    s = require_running(state).state
+    return Endpoint(s.socket, token or s.token, load_protocol(protocol or s.protocol))
 
 
 def print_frames(turn: Turn, out: TextIO) -> None:

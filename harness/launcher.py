@@ -27,22 +27,18 @@ from typing import Any
 
 import psutil
 
+from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, MS_MAX
+
+from .aio import finish_shielded
 from .client import ConnError, KernelClient
 from .errors import TargetError, UsageError
 from .protocol import load_protocol
+from .state import STATE_NAME, invoking_ids, pointer_path, state_home  # noqa: F401 - re-exported
 from .target import TargetSpec, render
 
 SOCKET_NAME = "kernel.sock"
 MOCK_SOCKET_NAME = "mock.sock"
-STATE_NAME = "state.json"
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
-
-
-def invoking_ids() -> tuple[int, int]:
-    """The user a run belongs to: the sudo caller when run through sudo."""
-    if os.geteuid() == 0 and os.environ.get("SUDO_UID", "").isdigit():
-        return int(os.environ["SUDO_UID"]), int(os.environ.get("SUDO_GID", os.environ["SUDO_UID"]))
-    return os.getuid(), os.getgid()
 
 
 def give_to_invoking_user(*paths: Path) -> None:
@@ -51,22 +47,6 @@ def give_to_invoking_user(*paths: Path) -> None:
     if os.geteuid() == 0 and uid != 0:
         for p in paths:
             os.chown(p, uid, gid)
-
-
-def state_home() -> Path:
-    """Where the pointer to the current sandbox lives, per invoking user
-    ($KSTRESS_HOME overrides: several independent sandboxes, tests)."""
-    if os.environ.get("KSTRESS_HOME"):
-        return Path(os.environ["KSTRESS_HOME"])
-    uid, _ = invoking_ids()
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.geteuid() != 0 and Path(xdg).is_dir():
-        return Path(xdg) / "kstress"
-    return Path(tempfile.gettempdir()) / f"kstress-{uid}"
-
-
-def pointer_path() -> Path:
-    return state_home() / "current"
 
 
 def sha256_of(path: Path) -> str:
@@ -112,14 +92,21 @@ def read_line(proc: subprocess.Popen, timeout_s: float) -> str | None:
 class LaunchSettings:
     target: TargetSpec
     mechanism: str = "auto"
-    tool_ms: int = 200
-    mixed_ms: int = 50
+    tool_ms: int = DEFAULT_TOOL_MS
+    mixed_ms: int = DEFAULT_MIXED_MS
     mock_args: tuple[str, ...] = ()
     token: str | None = None
     run_root: Path | None = None
     mock_ready_timeout_s: float = 20.0
     sandbox_grace_s: float = 3.0
     label: str = "run"
+
+    def __post_init__(self) -> None:
+        # the mock would refuse these too, but only after a sandbox was made:
+        # a bad value is the user's, so it is an error before anything starts
+        for flag, v in (("--tool-ms", self.tool_ms), ("--mixed-ms", self.mixed_ms)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MS_MAX:
+                raise UsageError(f"{flag} {v!r} is invalid: the mock's tool sleeps are whole milliseconds from 1 to {MS_MAX}")
 
 
 @dataclass
@@ -183,12 +170,12 @@ class Launch:
         try:
             await self.start()
         except BaseException:
-            await asyncio.shield(self.aclose())
+            await finish_shielded(self.aclose())
             raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.shield(self.aclose())
+        await finish_shielded(self.aclose())
 
     def _make_run_dir(self) -> Path:
         root = self.settings.run_root or Path(tempfile.gettempdir())
@@ -335,6 +322,8 @@ class Launch:
             "bin_sha256": self.bin_sha256,
             "protocol": self.spec.protocol,
             "tool_ms": self.settings.tool_ms,
+            "mixed_ms": self.settings.mixed_ms,
+            "tools": self.spec.tools,
             "updated": time.time(),
             **extra,
         }

@@ -42,12 +42,14 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import UsageError
+from .aio import finish_shielded as _finish_shielded
+from .errors import SandboxCleanupError, UsageError
 
 __all__ = [
     "MECHANISMS",
     "NETNS_DIR",
     "Sandbox",
+    "SandboxCleanupError",
     "SandboxError",
     "default_lock_dir",
     "processes_in",
@@ -752,9 +754,9 @@ class Sandbox:
         survivors = await self._teardown(grace_s=self.grace_s)
         self.timings["close_s"] = time.monotonic() - t0
         if survivors:
-            raise SandboxError(
-                self.mechanism, f"processes {survivors} in {self.name} survived SIGKILL for {KILL_TIMEOUT_S:g} s "
-                "(stuck in the kernel, state D?)",
+            raise SandboxCleanupError(
+                f"sandbox mechanism {self.mechanism!r} failed: processes {survivors} in {self.name} survived SIGKILL "
+                f"for {KILL_TIMEOUT_S:g} s (stuck in the kernel, state D?); the guardian keeps trying when kstress exits"
             )
 
     async def _teardown(self, grace_s: float) -> list[int]:
@@ -841,24 +843,6 @@ class Sandbox:
         self.name = self.net_inode = self.user_inode = self.guardian_pid = self.lock_path = None
         self._helper = None
         self._procs = []
-
-
-async def _finish_shielded(aw) -> Any:
-    """Await `aw` to the end even if the caller is cancelled meanwhile; then
-    re-raise the cancellation (trio's shielded cleanup, in asyncio terms)."""
-    task = asyncio.ensure_future(aw)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError()
-    return result
 
 
 async def _reap(proc: asyncio.subprocess.Process, timeout_s: float = KILL_TIMEOUT_S) -> None:

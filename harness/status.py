@@ -15,27 +15,26 @@ from .supervisor import require_running
 
 
 async def show_status(state: Path | None) -> None:
-    running = require_running(state)
-    s = running.state
-    print(f"state: {running.state_path}  status: {s.get('status')}")
-    print(f"namespace: {s.get('namespace')} ({s.get('mechanism')})  supervisor pid {s.get('supervisor_pid')}")
+    s = require_running(state).state
+    print(f"state: {s.path}  status: {s.status}")
+    print(f"namespace: {s.namespace} ({s.mechanism})  supervisor pid {s.supervisor_pid}")
     print("processes:")
     # the supervisor holds the namespace pinned, so its inode still means it
-    for pid in processes_in(s["net_inode"]) if s.get("net_inode") else []:
+    for pid in processes_in(s.net_inode) if s.net_inode else []:
         try:
             p = psutil.Process(pid)
             print(f"  {pid:>7} {p.status():<9} {p.memory_info().rss / 2**20:7.1f} MB  {' '.join(p.cmdline())[:100]}")
         except psutil.Error:
             continue
     try:
-        conn = aiohttp.UnixConnector(path=s["mock_socket"])
+        conn = aiohttp.UnixConnector(path=s.mock_socket or "")
         async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=5)) as http:
             async with http.get("http://mock/_mock/stats") as r:
-                print(f"mock: {s.get('llm_url')} healthy: {json.dumps(await r.json())}")
+                print(f"mock: {s.llm_url} healthy: {json.dumps(await r.json())}")
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         print(f"mock: UNREACHABLE ({exc})")
     try:
-        async with KernelClient(s["socket"], s.get("token"), load_protocol(s.get("protocol")), connect_timeout_s=5) as c:
-            print(f"kernel: {s['socket']} healthy; stats: {json.dumps(await c.stats())}")
+        async with KernelClient(s.socket, s.token, load_protocol(s.protocol), connect_timeout_s=5) as c:
+            print(f"kernel: {s.socket} healthy; stats: {json.dumps(await c.stats())}")
     except ConnError as exc:
         print(f"kernel: UNREACHABLE ({exc})")

@@ -24,27 +24,23 @@ from typing import Any
 import psutil
 
 from .errors import KstressError, TargetError, UsageError
-from .launcher import Launch, LaunchSettings, give_to_invoking_user, pointer_path, read_line
+from .launcher import Launch, LaunchSettings, give_to_invoking_user, read_line
+from .state import SandboxState, pointer_path, read_state
 
 TEARDOWN_NAME = "teardown.json"
 
 
 @dataclass(frozen=True)
 class RunningSandbox:
-    state_path: Path
-    state: dict[str, Any]
+    state: SandboxState
 
     @property
-    def socket(self) -> str:
-        return self.state["socket"]
-
-    @property
-    def token(self) -> str | None:
-        return self.state.get("token")
+    def state_path(self) -> Path:
+        return self.state.path
 
     @property
     def supervisor_alive(self) -> bool:
-        return _alive(self.state.get("supervisor_pid"))
+        return _alive(self.state.supervisor_pid)
 
 
 def _alive(pid: Any) -> bool:
@@ -54,15 +50,6 @@ def _alive(pid: Any) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def read_state(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"state file {path}: cannot read it ({exc.strerror})") from None
-    except ValueError as exc:
-        raise UsageError(f"state file {path}: not valid JSON ({exc})") from None
 
 
 def find_running(state: Path | None = None) -> RunningSandbox | None:
@@ -75,8 +62,7 @@ def find_running(state: Path | None = None) -> RunningSandbox | None:
             return None
         if not state.exists():
             return None
-    running = RunningSandbox(state, read_state(state))
-    return running
+    return RunningSandbox(read_state(state))
 
 
 def require_running(state: Path | None = None) -> RunningSandbox:
@@ -160,7 +146,7 @@ def start_detached(argv: list[str], timeout_s: float) -> tuple[Path, dict[str, A
     if running is not None and running.supervisor_alive:
         raise UsageError(
             f"a sandbox is already running (state {running.state_path}, supervisor pid "
-            f"{running.state.get('supervisor_pid')}); stop it first with scripts/launch.sh stop"
+            f"{running.state.supervisor_pid}); stop it first with scripts/launch.sh stop"
         )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
@@ -193,7 +179,7 @@ def start_detached(argv: list[str], timeout_s: float) -> tuple[Path, dict[str, A
         raise TargetError(f"the sandbox did not become ready within {timeout_s:.0f}s (supervisor pid {proc.pid}); it was stopped")
     if line.startswith("ready "):
         state_path = Path(line.split(" ", 1)[1].strip())
-        return state_path, read_state(state_path)
+        return state_path, read_state(state_path).raw
     proc.wait(30)
     if line.startswith("error "):
         _, code, message = (line.rstrip("\n").split(" ", 2) + ["", ""])[:3]
@@ -207,8 +193,8 @@ def stop_running(state: Path | None, timeout_s: float = 60.0) -> dict[str, Any]:
     running = find_running(state)
     if running is None:
         raise UsageError("no running sandbox: nothing to stop (run scripts/launch.sh first)")
-    pid = running.state.get("supervisor_pid")
-    run_dir = Path(running.state["run_dir"])
+    pid = running.state.supervisor_pid
+    run_dir = running.state.run_dir
     if running.supervisor_alive:
         try:
             os.kill(pid, signal.SIGTERM)

@@ -20,6 +20,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from mock.catalog import Catalog, load_catalog
+from mock.errors import ConfigError
+
 from .errors import UsageError
 
 PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "data_dir", "token", "run_dir", "config"})
@@ -40,6 +43,15 @@ def _check_template(where: str, text: str) -> None:
 def render(template: str, values: Mapping[str, str]) -> str:
     out = _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)] if m.group(1) in values else m.group(0), template)
     return out.replace("{{", "{").replace("}}", "}")
+
+
+def load_catalog_file(path: str | Path, where: str = "") -> Catalog:
+    """A tool catalog (docs/catalog.md); a bad file is a usage error naming the
+    file and the problem, never the mock's own exception."""
+    try:
+        return load_catalog(path)
+    except ConfigError as exc:
+        raise UsageError(f"{where + ': ' if where else ''}{exc}") from None
 
 
 def default_refkernel_bin() -> str:
@@ -188,7 +200,10 @@ def load_target(path: str | Path) -> TargetSpec:
                 raise UsageError(f"target file {p}: {key} must be a string")
             kw[key] = t[key]
     if "tools" in t:
-        kw["tools"] = str((base / t["tools"]).resolve()) if isinstance(t["tools"], str) else None
+        if not isinstance(t["tools"], str):
+            raise UsageError(f"target file {p}: tools must be a string (the path of a tool catalog, relative to the file)")
+        kw["tools"] = str((base / t["tools"]).resolve())
+        load_catalog_file(kw["tools"], f"target file {p}: tools")  # a bad catalog fails here, not in the mock
     if "env" in t:
         env = t["env"]
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):

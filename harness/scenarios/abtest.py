@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from mock.markers import MS_MAX, build_plan
 
 from ..errors import UsageError
-from ..results import Check, RunDir, read_jsonl
+from ..options import opt, out_opt, quiet_opt
+from ..report import checks_section, fmt_ms, fmt_num, header
+from ..results import Check
+from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..stats import bootstrap_median, bootstrap_ratio, stability_warnings
-from .common import Access, Outcome, Progress, RunResult, Target, Watch, check_batch_sizes, run_scenario
+from ..sut import Access, Target
+from .common import check_batch_sizes, ints
 from .seq import Sequential
 
 MIN_VALID = 3
@@ -33,25 +37,32 @@ MIN_VALID = 3
 
 @dataclass(frozen=True)
 class AbtestSettings:
-    ns: tuple[int, ...] = (2, 4, 8, 12)
-    rounds: int = 6
-    tool_ms: int | None = None  # None: the mock's --tool-ms
-    expect_concurrency: bool = True
-    timeout_s: float = 120.0
-    out: Path = Path("runs")
-    quiet: bool = False
+    ns: tuple[int, ...] = opt((2, 4, 8, 12), "--n", str, "Batch sizes.", parse=ints, shown="2,4,8,12")
+    rounds: int = opt(6, "--rounds", int, "Interleaved rounds per N.")
+    tool_ms: int | None = opt(None, "--ab-tool-ms", int, "Sleep of each tool in the markers (default: the mock's --tool-ms).")
+    expect_concurrency: bool = opt(True, "--no-expect-concurrency", bool, "Do not fail when a parallel-safe batch ran serially.")
+    timeout_s: float = opt(120.0, "--timeout", float, "Seconds one turn may take.")
+    out: Path = out_opt()
+    quiet: bool = quiet_opt()
 
     def __post_init__(self) -> None:
         check_batch_sizes(self.ns, "2,4,8,12")
         if not MIN_VALID <= self.rounds <= 1000:
             raise UsageError(f"--rounds {self.rounds} is invalid: use {MIN_VALID} to 1000 (a median with a confidence interval needs at least {MIN_VALID} valid rounds per arm)")
         if self.tool_ms is not None and not 1 <= self.tool_ms <= MS_MAX:
-            raise UsageError(f"--tool-ms {self.tool_ms} is invalid: use 1 to {MS_MAX}")
+            raise UsageError(f"--ab-tool-ms {self.tool_ms} is invalid: use 1 to {MS_MAX}")
+
+    def effective_tool_ms(self, targets: Sequence[Target]) -> int:
+        return self.tool_ms or targets[0].tool_ms
 
 
 def markers_for(n: int, tool_ms: int) -> tuple[str, str]:
     """Equal sleeps (STEP 0): the speedup's bound is then exactly N."""
     return f"!slowbatch{n}:{tool_ms}:0", f"!serialbatch{n}:{tool_ms}:0"
+
+
+def summarize_run(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    return summarize_abtest(rows, tuple(settings["ns"]), settings["rounds"], settings["tool_ms_effective"])
 
 
 def summarize_abtest(rows: list[dict[str, Any]], ns: tuple[int, ...], rounds: int, tool_ms: int) -> dict[str, Any]:
@@ -98,7 +109,8 @@ def summarize_abtest(rows: list[dict[str, Any]], ns: tuple[int, ...], rounds: in
     return {"rows": table, "tool_ms": tool_ms, "rounds": rounds, "measure": "tool phase (tool_ms of the verdict line)"}
 
 
-def abtest_checks(summary: dict[str, Any], expect_concurrency: bool) -> list[Check]:
+def abtest_checks(summary: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
+    expect_concurrency = settings.get("expect_concurrency", True)
     checks = []
     for r in summary["rows"]:
         name = f"N={r['n']}: valid measurement"
@@ -120,11 +132,9 @@ def abtest_checks(summary: dict[str, Any], expect_concurrency: bool) -> list[Che
 async def run_abtest(settings: AbtestSettings, access: Access) -> RunResult:
     target = Target(access)
 
-    async def body(rundir: RunDir, watch: Watch) -> Outcome:
-        tool_ms = settings.tool_ms or target.tool_ms
-        progress = Progress(len(settings.ns) * settings.rounds * 2, settings.quiet)
-        seq = Sequential(target, rundir, watch, progress, settings.timeout_s)
-        progress.start()
+    async def body(run: Run) -> None:
+        tool_ms = settings.effective_tool_ms([target])
+        seq = Sequential(run, target, settings.timeout_s)
         try:
             for n in settings.ns:
                 a, b = markers_for(n, tool_ms)
@@ -135,19 +145,53 @@ async def run_abtest(settings: AbtestSettings, access: Access) -> RunResult:
                     for marker, arm in order:
                         await seq.turn(marker, kind="abtest", n=n, round=rnd, arm=arm)
         finally:
-            await progress.stop()
             await seq.aclose()
-        summary = summarize_abtest(read_jsonl(rundir.path / "turns.jsonl"), settings.ns, settings.rounds, tool_ms)
-        extras = {"orphans": await target.stop_and_check_orphans()}
-        return Outcome(summary, abtest_checks(summary, settings.expect_concurrency), _settings_json(settings, tool_ms), extras)
 
-    from ..report import render_abtest
-
-    return await run_scenario("abtest", settings.out, [target], body, render_abtest, _settings_json(settings, settings.tool_ms))
+    return await run_scenario(SCENARIO, settings, [target], body, total=len(settings.ns) * settings.rounds * 2)
 
 
-def _settings_json(s: AbtestSettings, tool_ms: int | None) -> dict[str, Any]:
-    d = asdict(s)
-    d["out"] = str(s.out)
-    d["tool_ms_effective"] = tool_ms
+def _settings_json(s: AbtestSettings, targets: Sequence[Target]) -> dict[str, Any]:
+    d = settings_json(s)
+    d["tool_ms_effective"] = s.effective_tool_ms(targets)
     return d
+
+
+def render_abtest(doc: dict[str, Any], s: dict[str, Any]) -> str:
+    st = doc.get("settings", {})
+    out = header(doc, "abtest")
+    out += [
+        f"`!slowbatchN` (concurrent) vs `!serialbatchN` (serial control), {st.get('rounds')} interleaved rounds (ABBA), tools of {st.get('tool_ms_effective')} ms; "
+        "time = the kernel's tool phase (tool_ms of the verdict line); medians with 95% bootstrap intervals.",
+        "",
+        "| N | concurrent | serial | speedup [95% CI] | ideal | overlap conc. | overlap serial | valid |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in s.get("rows", []):
+        ci = r.get("speedup_ci")
+        sp = "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci and ci[0] is not None else "")
+        valid = "yes" if r["valid"] else "NO: " + "; ".join(r["reasons"])
+        out.append(
+            f"| {r['n']} | {fmt_ms(r['concurrent_median_s'])} | {fmt_ms(r['serial_median_s'])} | {sp} | {r['ideal']:.2f}x | "
+            f"{fmt_num(r['overlap_concurrent'], '{:g}')} | {fmt_num(r['overlap_serial'], '{:g}')} | {valid} |"
+        )
+    out.append("")
+    warn = [f"N={r['n']}: {w}" for r in s.get("rows", []) for w in r.get("warnings", [])]
+    inval = [f"N={r['n']}: {k} x{v}" for r in s.get("rows", []) for k, v in r.get("invalid_rounds", {}).items()]
+    if inval:
+        out += ["Invalid rounds (reported, never samples):", ""] + [f"- {x}" for x in inval] + [""]
+    if warn:
+        out += ["Stability warnings:", ""] + [f"- {w}" for w in warn] + [""]
+    out += checks_section(doc)
+    return "\n".join(out)
+
+
+SCENARIO = Scenario(
+    name="abtest",
+    help="Concurrency speedup: !slowbatchN vs !serialbatchN, interleaved.",
+    settings=AbtestSettings,
+    run=run_abtest,
+    summarize=summarize_run,
+    checks=abtest_checks,
+    render=render_abtest,
+    to_json=_settings_json,
+)

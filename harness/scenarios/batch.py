@@ -6,26 +6,34 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..results import Check, RunDir, read_jsonl
-from .common import Access, Outcome, Progress, RunResult, Target, Watch, check_batch_sizes, run_scenario
+from ..options import opt, out_opt, quiet_opt
+from ..report import checks_section, fmt_ms, fmt_pct, header
+from ..results import Check
+from ..runner import Run, RunResult, Scenario, run_scenario
+from ..sut import Access, Target
+from .common import check_batch_sizes, ints
 from .seq import Sequential
 
 KINDS = ("batch", "mixed", "slowbatch")
 
 
+def _kinds(value: str) -> tuple[str, ...]:
+    return tuple(k.strip() for k in value.split(",") if k.strip())
+
+
 @dataclass(frozen=True)
 class BatchSettings:
-    ns: tuple[int, ...] = (2, 4, 8)
-    kinds: tuple[str, ...] = KINDS
-    rounds: int = 3
-    timeout_s: float = 60.0
-    out: Path = Path("runs")
-    quiet: bool = False
+    ns: tuple[int, ...] = opt((2, 4, 8), "--n", str, "Batch sizes.", parse=ints, shown="2,4,8")
+    kinds: tuple[str, ...] = opt(KINDS, "--kinds", str, "Which batch markers.", parse=_kinds, shown="batch,mixed,slowbatch")
+    rounds: int = opt(3, "--rounds", int, "Turns per marker.")
+    timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
+    out: Path = out_opt()
+    quiet: bool = quiet_opt()
 
     def __post_init__(self) -> None:
         check_batch_sizes(self.ns, "2,4,8")
@@ -39,7 +47,7 @@ class BatchSettings:
             raise UsageError(f"--rounds {self.rounds} is invalid: use 1 to 1000")
 
 
-def summarize_batch(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_batch(rows: list[dict[str, Any]], settings: dict[str, Any] | None = None, extras: dict[str, Any] | None = None) -> dict[str, Any]:
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("kind") == "batch":
@@ -69,7 +77,7 @@ def summarize_batch(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"attempted": attempted, "passed": passed, "pass_rate": passed / attempted if attempted else None, "rows": table}
 
 
-def batch_checks(summary: dict[str, Any]) -> list[Check]:
+def batch_checks(summary: dict[str, Any], settings: dict[str, Any] | None = None) -> list[Check]:
     checks = [Check("every batch turn passed its verdict", summary["attempted"] > 0 and summary["passed"] == summary["attempted"], f"{summary['passed']}/{summary['attempted']} passed")]
     mixed = [r for r in summary["rows"] if r["kind"] == "mixed"]
     if mixed:
@@ -89,32 +97,48 @@ def batch_checks(summary: dict[str, Any]) -> list[Check]:
 async def run_batch(settings: BatchSettings, access: Access) -> RunResult:
     target = Target(access)
 
-    async def body(rundir: RunDir, watch: Watch) -> Outcome:
-        total = len(settings.ns) * len(settings.kinds) * settings.rounds
-        progress = Progress(total, settings.quiet)
-        seq = Sequential(target, rundir, watch, progress, settings.timeout_s)
-        progress.start()
+    async def body(run: Run) -> None:
+        seq = Sequential(run, target, settings.timeout_s)
         try:
             for rnd in range(settings.rounds):
                 for n in settings.ns:
                     for kind in settings.kinds:
                         await seq.turn(f"!{kind}{n}", kind="batch", batch_kind=kind, n=n, round=rnd)
         finally:
-            await progress.stop()
             await seq.aclose()
-        summary = summarize_batch(read_jsonl(rundir.path / "turns.jsonl"))
-        extras: dict[str, Any] = {"orphans": await target.stop_and_check_orphans()}
-        checks = batch_checks(summary)
-        if extras["orphans"]:
-            checks.append(Check("no orphans after the target exited", False, "; ".join(f"pid {o['pid']}: {o['cmdline']}" for o in extras["orphans"])))
-        return Outcome(summary, checks, _settings_json(settings), extras)
 
-    from ..report import render_batch
-
-    return await run_scenario("batch", settings.out, [target], body, render_batch, _settings_json(settings))
+    total = len(settings.ns) * len(settings.kinds) * settings.rounds
+    return await run_scenario(SCENARIO, settings, [target], body, total=total)
 
 
-def _settings_json(s: BatchSettings) -> dict[str, Any]:
-    d = asdict(s)
-    d["out"] = str(s.out)
-    return d
+def render_batch(doc: dict[str, Any], s: dict[str, Any]) -> str:
+    st = doc.get("settings", {})
+    out = header(doc, "batch")
+    out += [
+        f"kinds {', '.join(st.get('kinds', []))} for N in {', '.join(map(str, st.get('ns', [])))}, {st.get('rounds')} round(s) each, one turn at a time",
+        "",
+        f"{s.get('passed')}/{s.get('attempted')} turns passed ({fmt_pct(s.get('pass_rate'))})",
+        "",
+        "| marker | turns | passed | overlap (min..max) | tool phase (median) | turn (median) | failures |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in s.get("rows", []):
+        ov = "-" if r["overlap_min"] is None else (f"{r['overlap_min']}" if r["overlap_min"] == r["overlap_max"] else f"{r['overlap_min']}..{r['overlap_max']}")
+        fails = ", ".join(f"{k} x{v}" for k, v in r["failures"].items()) or "-"
+        out.append(f"| `{r['marker']}` | {r['turns']} | {r['passed']} | {ov} | {fmt_ms(r['tool_median_s'])} | {fmt_ms(r['latency_median_s'])} | {fails} |")
+    out.append("")
+    out.append("Overlap is the peak number of timed tools running at once, from the KST-S/KST-E timestamps the tools echoed; `!mixedN` must show 1.")
+    out.append("")
+    out += checks_section(doc)
+    return "\n".join(out)
+
+
+SCENARIO = Scenario(
+    name="batch",
+    help="!batchN, !mixedN, !slowbatchN with full verification.",
+    settings=BatchSettings,
+    run=run_batch,
+    summarize=summarize_batch,
+    checks=batch_checks,
+    render=render_batch,
+)

@@ -16,23 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mock.markers import N_MAX
+from mock.markers import DEFAULT_TOOL_MS, N_MAX
 
-from ..client import ConnError, failed_turn
+from ..client import ConnError
 from ..errors import UsageError
 from ..launcher import LaunchSettings
-from ..results import Check, RunDir, read_jsonl
+from ..options import arg, opt, out_opt, quiet_opt
+from ..report import checks_section, fmt_ms, fmt_num, header
+from ..results import Check
+from ..runner import Run, RunResult, Scenario, run_scenario
 from ..stats import ALPHA, MIN_EFFECT, compare
+from ..sut import Access, Target
 from ..target import TargetSpec, load_target, spec_from_command
-from ..verdict import judge
-from .common import Access, Outcome, Progress, RunResult, Target, Watch, run_scenario
 from .seq import Sequential
 
-DIMENSIONS = ("batch", "concurrency", "bombardment", "stability")
 MIN_SAMPLES = 3
 
 
@@ -45,22 +46,22 @@ def target_from_arg(arg: str) -> TargetSpec:
 
 @dataclass(frozen=True)
 class CmpSettings:
-    old: str
-    new: str
-    n: int = 4
-    rounds: int = 8
-    bombard_conns: int = 32
-    bombard_rounds: int = 3
+    old: str = arg(str, "OLD: an executable, a quoted command line or a target TOML.")
+    new: str = arg(str, "NEW: the same forms as OLD.")
+    n: int = opt(4, "--n", int, "Batch size of dimensions 1 and 2.")
+    rounds: int = opt(8, "--rounds", int, "Rounds of dimensions 1 and 2.")
+    bombard_conns: int = opt(32, "--bombard-conns", int, "Bombardment: connections opened at once, one input each.")
+    bombard_rounds: int = opt(3, "--bombard-rounds", int, "Bombardment rounds per version.")
     bombard_marker: str = "!batch4"
-    stability_rounds: int = 20
+    stability_rounds: int = opt(20, "--stability-rounds", int, "Stability: consecutive rounds per version.")
     stability_marker: str = "!mixed3"
-    tool_ms: int = 200
-    alpha: float = ALPHA
-    min_effect: float = MIN_EFFECT
-    timeout_s: float = 60.0
-    mechanism: str = "auto"
-    out: Path = Path("runs")
-    quiet: bool = False
+    tool_ms: int = opt(DEFAULT_TOOL_MS, "--tool-ms", int, "Mock: base sleep of the timed tools, in both sandboxes.")
+    alpha: float = opt(ALPHA, "--alpha", float, "Significance level of the Mann-Whitney U test.")
+    min_effect: float = opt(MIN_EFFECT, "--min-effect", float, "Smallest change called better or worse (a fraction; percentage points for rates).")
+    timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
+    mechanism: str = opt("auto", "--mechanism", str, "Sandbox mechanism.", choices=("auto", "netns", "userns"))
+    out: Path = out_opt()
+    quiet: bool = quiet_opt()
 
     def __post_init__(self) -> None:
         if not 2 <= self.n <= N_MAX:
@@ -161,7 +162,7 @@ def _verdict(out: dict[str, Any], samples: dict[str, list[float]], notes: dict[s
     return out
 
 
-def summarize_cmp(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, Any]:
+def summarize_cmp(rows: list[dict[str, Any]], s: dict[str, Any], extras: dict[str, Any] | None = None) -> dict[str, Any]:
     dims = [
         _dim_batch(rows, s),
         _dim_concurrency(rows, s),
@@ -171,29 +172,29 @@ def summarize_cmp(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, An
     return {"dimensions": dims, "regressed": [d["name"] for d in dims if d["verdict"] == "worse"]}
 
 
-def cmp_checks(summary: dict[str, Any]) -> list[Check]:
+def cmp_checks(summary: dict[str, Any], settings: dict[str, Any] | None = None) -> list[Check]:
     out = []
     for d in summary["dimensions"]:
         out.append(Check(f"{d['name']}: NEW does not regress", d["verdict"] != "worse", f"{d['verdict']}: {d.get('reason', '')}"))
     return out
 
 
-async def _bombard(target: Target, version: str, rnd: int, s: CmpSettings, rundir: RunDir, progress: Progress) -> None:
+async def _bombard(run: Run, target: Target, rnd: int, s: CmpSettings) -> None:
     """C connections opened at once, one input each."""
 
     async def one(k: int) -> None:
+        labels = dict(kind="cmp", dim="bombardment", round=rnd, conn=k)
         try:
             async with target.client(connect_timeout_s=30.0) as c:
                 turn = await c.turn(s.bombard_marker, s.timeout_s)
         except ConnError as exc:
-            turn = failed_turn(s.bombard_marker, exc)
-        v = judge(turn, target.plan(turn.text))
-        row = v.to_json()
-        row.update(kind="cmp", dim="bombardment", version=version, round=rnd, conn=k)
-        rundir.turn(row)
-        progress.add(v.passed, v.latency_s)
+            run.record_failure(s.bombard_marker, exc, target, **labels)
+            return
+        run.record(turn, target, **labels)
 
-    await asyncio.gather(*(one(k) for k in range(s.bombard_conns)))
+    async with asyncio.TaskGroup() as tg:
+        for k in range(s.bombard_conns):
+            tg.create_task(one(k))
 
 
 async def run_cmp(settings: CmpSettings) -> RunResult:
@@ -202,12 +203,9 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
     for label, spec in (("old", old_spec), ("new", new_spec)):
         targets[label] = Target(Access(launch=LaunchSettings(target=spec, mechanism=settings.mechanism, tool_ms=settings.tool_ms)), label=label)
 
-    async def body(rundir: RunDir, watch: Watch) -> Outcome:
+    async def body(run: Run) -> None:
         s = settings
-        total = 2 * (s.rounds + 2 * s.rounds + s.bombard_rounds * s.bombard_conns + s.stability_rounds)
-        progress = Progress(total, s.quiet)
-        seqs = {v: Sequential(t, rundir, watch, progress, s.timeout_s, label=v) for v, t in targets.items()}
-        progress.start()
+        seqs = {v: Sequential(run, t, s.timeout_s) for v, t in targets.items()}
 
         def order(rnd: int) -> tuple[str, str]:
             return ("old", "new") if rnd % 2 == 0 else ("new", "old")  # ABBA
@@ -223,25 +221,58 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
                         await seqs[v].turn(marker, kind="cmp", dim="concurrency", round=rnd, arm=arm)
             for rnd in range(s.bombard_rounds):
                 for v in order(rnd):
-                    watch.check()
-                    await _bombard(targets[v], v, rnd, s, rundir, progress)
+                    run.check_alive()
+                    await _bombard(run, targets[v], rnd, s)
             for rnd in range(s.stability_rounds):
                 for v in order(rnd):
                     await seqs[v].turn(s.stability_marker, kind="cmp", dim="stability", round=rnd)
         finally:
-            await progress.stop()
             for q in seqs.values():
                 await q.aclose()
-        sj = _settings_json(s)
-        summary = summarize_cmp(read_jsonl(rundir.path / "turns.jsonl"), sj)
-        return Outcome(summary, cmp_checks(summary), sj, {})
 
-    from ..report import render_cmp
-
-    return await run_scenario("cmp", settings.out, list(targets.values()), body, render_cmp, _settings_json(settings))
+    s = settings
+    total = 2 * (s.rounds + 2 * s.rounds + s.bombard_rounds * s.bombard_conns + s.stability_rounds)
+    return await run_scenario(SCENARIO, settings, list(targets.values()), body, total=total)
 
 
-def _settings_json(s: CmpSettings) -> dict[str, Any]:
-    d = asdict(s)
-    d["out"] = str(s.out)
-    return d
+def render_cmp(doc: dict[str, Any], s: dict[str, Any]) -> str:
+    st = doc.get("settings", {})
+    out = header(doc, "cmp")
+    out += [
+        f"OLD `{st.get('old')}` vs NEW `{st.get('new')}`, interleaved rounds (ABBA); better/worse needs p < {st.get('alpha')} "
+        f"(Mann-Whitney U) and a change of at least {st.get('min_effect', 0):.0%}.",
+        "",
+        "| dimension | metric | OLD | NEW | change | p | verdict |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+
+    def val(d: dict[str, Any], v: str) -> str:
+        if d.get(v) is None:
+            return d.get(f"{v}_note", "unmeasurable")
+        x = d[v]
+        return f"{x:.1%}" if d["name"] in ("bombardment", "stability") else (f"{x:.2f}x" if d["name"] == "concurrency" else fmt_ms(x))
+
+    for d in s.get("dimensions", []):
+        change = "-" if d.get("change") is None else (f"{d['change']:+.1%}" if d["name"] not in ("bombardment", "stability") else f"{d['change'] * 100:+.1f} pts")
+        out.append(f"| {d['name']} | {d['metric']} | {val(d, 'old')} | {val(d, 'new')} | {change} | {fmt_num(d.get('p'), '{:.3g}')} | **{d['verdict']}** |")
+    out.append("")
+    for d in s.get("dimensions", []):
+        if d["name"] == "batch":
+            out.append(f"- batch: tools processed OLD {d.get('old_processed')}, NEW {d.get('new_processed')}; error frames OLD {d.get('old_errors')}, NEW {d.get('new_errors')}")
+        for w in d.get("warnings", []):
+            out.append(f"- {d['name']}: {w}")
+    out.append("")
+    out += checks_section(doc)
+    return "\n".join(out)
+
+
+SCENARIO = Scenario(
+    name="cmp",
+    help="OLD vs NEW side by side (each a path, a quoted command line or a target TOML); exit 1 when NEW regresses.",
+    settings=CmpSettings,
+    run=run_cmp,
+    summarize=summarize_cmp,
+    checks=cmp_checks,
+    render=render_cmp,
+    access=False,
+)

@@ -13,7 +13,7 @@ import gc
 import resource
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +21,24 @@ import psutil
 
 from ..client import ConnError, KernelClient
 from ..errors import UsageError
-from ..results import Check, RunDir
-from ..verdict import judge
-from .common import Access, Outcome, RunResult, Target, Watch, run_scenario
+from ..options import opt, out_opt, quiet_opt
+from ..report import checks_section, header
+from ..results import Check
+from ..runner import Run, RunResult, Scenario, run_scenario
+from ..sut import Access, Target
 
 FD_RESERVE = 256  # descriptors the process needs besides the connections
 
 
 @dataclass(frozen=True)
 class HoldSettings:
-    conns: int = 10_000
-    probe: int = 32  # connections that send one input at once while all are held (within a 64-deep queue)
+    conns: int = opt(10_000, "--conns", int, "Connections to hold at once.")
+    probe: int = opt(32, "--probe", int, "Held connections that send one input at once (keep it within the kernel queue).")
     connect_concurrency: int = 512
     connect_timeout_s: float = 60.0
-    timeout_s: float = 120.0
-    out: Path = Path("runs")
-    quiet: bool = False
+    timeout_s: float = opt(120.0, "--timeout", float, "Seconds one turn may take.")
+    out: Path = out_opt()
+    quiet: bool = quiet_opt()
 
     def __post_init__(self) -> None:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -54,13 +56,15 @@ class HoldSettings:
 async def run_hold(settings: HoldSettings, access: Access) -> RunResult:
     target = Target(access)
 
-    async def body(rundir: RunDir, watch: Watch) -> Outcome:
+    async def body(run: Run) -> None:
         me = psutil.Process()
         gc.collect()
         rss0 = me.memory_info().rss
         clients: list[KernelClient] = []
         failures: Counter[str] = Counter()
         gate = asyncio.Semaphore(settings.connect_concurrency)
+        held = 0
+        probes: list[KernelClient] = []
 
         async def open_one() -> None:
             async with gate:
@@ -73,9 +77,11 @@ async def run_hold(settings: HoldSettings, access: Access) -> RunResult:
 
         t0 = time.monotonic()
         try:
-            await asyncio.gather(*(open_one() for _ in range(settings.conns)))
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(settings.conns):
+                    tg.create_task(open_one())
             open_s = time.monotonic() - t0
-            watch.check()
+            run.check_alive()
             gc.collect()
             rss1 = me.memory_info().rss
             kernel_stats: dict[str, Any] = {}
@@ -86,42 +92,72 @@ async def run_hold(settings: HoldSettings, access: Access) -> RunResult:
                     pass
             # while every connection is held, some of them work
             probes = clients[: settings.probe]
-            turns = await asyncio.gather(*(c.turn("", settings.timeout_s) for c in probes))
-            passed = 0
-            for k, t in enumerate(turns):
-                v = judge(t, target.plan(t.text))
-                passed += v.passed
-                row = v.to_json()
-                row.update(kind="probe", conn=k)
-                rundir.turn(row)
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(c.turn("", settings.timeout_s)) for c in probes]
+            for k, t in enumerate(tasks):
+                run.record(t.result(), target, progress=False, kind="probe", conn=k)
             held = sum(1 for c in clients if c.connected)
         finally:
+            # every one closed, whatever another's close raised
             await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
         per_conn_kb = (rss1 - rss0) / 1024 / len(clients) if clients else None
-        summary = {
+        run.extras["hold"] = {
             "requested": settings.conns,
             "connected": len(clients),
             "held_at_probe": held,
             "failures": dict(failures),
             "open_s": round(open_s, 3),
-            "probe": {"sent": len(probes), "passed": passed},
             "harness_rss_mb": {"before": round(rss0 / 2**20, 1), "held": round(rss1 / 2**20, 1)},
             "harness_kb_per_connection": round(per_conn_kb, 2) if per_conn_kb is not None else None,
             "kernel_connections": kernel_stats.get("connections"),
         }
-        checks = [
-            Check(f"{settings.conns} connections opened and authenticated", len(clients) == settings.conns, f"{len(clients)} connected; failures {dict(failures) or 'none'}"),
-            Check("all connections still open while probing", held == len(clients), f"{held}/{len(clients)}"),
-            Check("the kernel answers while they are held", passed == len(probes), f"{passed}/{len(probes)} probe turns passed"),
-        ]
-        return Outcome(summary, checks, _settings_json(settings), {"orphans": await target.stop_and_check_orphans()})
 
-    from ..report import render_hold
-
-    return await run_scenario("hold", settings.out, [target], body, render_hold, _settings_json(settings))
+    return await run_scenario(SCENARIO, settings, [target], body)
 
 
-def _settings_json(s: HoldSettings) -> dict[str, Any]:
-    d = asdict(s)
-    d["out"] = str(s.out)
-    return d
+def summarize_hold(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    """The measurements of the body (extras.hold) and the probe turns' verdicts."""
+    h = dict(extras.get("hold") or {})
+    probes = [r for r in rows if r.get("kind") == "probe"]
+    summary = {k: h.get(k) for k in ("requested", "connected", "held_at_probe", "failures", "open_s")}
+    summary["probe"] = {"sent": len(probes), "passed": sum(1 for r in probes if r.get("passed"))}
+    summary.update({k: h.get(k) for k in ("harness_rss_mb", "harness_kb_per_connection", "kernel_connections")})
+    return summary
+
+
+def hold_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
+    connected, probe = s.get("connected") or 0, s.get("probe") or {}
+    return [
+        Check(f"{settings['conns']} connections opened and authenticated", connected == settings["conns"], f"{connected} connected; failures {s.get('failures') or 'none'}"),
+        Check("all connections still open while probing", s.get("held_at_probe") == connected, f"{s.get('held_at_probe')}/{connected}"),
+        Check("the kernel answers while they are held", probe.get("passed") == probe.get("sent"), f"{probe.get('passed')}/{probe.get('sent')} probe turns passed"),
+    ]
+
+
+def render_hold(doc: dict[str, Any], s: dict[str, Any]) -> str:
+    out = header(doc, "hold")
+    rss = s.get("harness_rss_mb") or {}
+    out += [
+        f"{s.get('connected')}/{s.get('requested')} connections opened and authenticated from one process in {s.get('open_s')} s; "
+        f"{s.get('held_at_probe')} still open while {s.get('probe', {}).get('sent')} of them sent an input "
+        f"({s.get('probe', {}).get('passed')} passed).",
+        "",
+        f"Harness memory: {rss.get('before')} MB before, {rss.get('held')} MB holding them: "
+        f"**{s.get('harness_kb_per_connection')} KiB per connection**. The kernel reported {s.get('kernel_connections')} connections.",
+        "",
+        f"Failed connections by kind: {s.get('failures') or 'none'}",
+        "",
+    ]
+    out += checks_section(doc)
+    return "\n".join(out)
+
+
+SCENARIO = Scenario(
+    name="hold",
+    help="Open and hold many connections from one process; memory per connection.",
+    settings=HoldSettings,
+    run=run_hold,
+    summarize=summarize_hold,
+    checks=hold_checks,
+    render=render_hold,
+)

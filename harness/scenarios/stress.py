@@ -15,20 +15,23 @@ import asyncio
 import random
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mock.errors import MarkerError
 from mock.markers import build_plan
 
-from ..client import ConnError, KernelClient, Turn, failed_turn, new_nonce
+from ..client import ConnError, KernelClient, new_nonce
 from ..errors import UsageError
-from ..results import Check, RunDir
+from ..options import opt, out_opt, quiet_opt
+from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header
+from ..results import Check
+from ..runner import Run, RunResult, Scenario, run_scenario
 from ..sampler import Sampler
 from ..stats import summarize
+from ..sut import Access, Target
 from ..verdict import judge
-from .common import Access, Outcome, Progress, RunResult, Target, Watch, run_scenario
 
 DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
 MAX_INPUTS = 1_000_000
@@ -63,22 +66,29 @@ def parse_mix(spec: str) -> tuple[tuple[str, int], ...]:
     return tuple(items)
 
 
+MIX_HELP = (
+    "Weighted markers, e.g. '!batch4:3,!slowbatch2:1,text:1'. The last ':N' of an item is always its "
+    "weight: write '!err:429:1' for a 429 with weight 1 ('!err:429' is !err with weight 429). "
+    "Default: " + DEFAULT_MIX + "."
+)
+
+
 @dataclass(frozen=True)
 class StressSettings:
-    conns: int = 32
-    inputs: int = 10
-    mix: str = DEFAULT_MIX
-    interrupts: float = 0.0  # interrupt inputs per second
+    conns: int = opt(32, "--conns", int, "Concurrent connections.")
+    inputs: int = opt(10, "--inputs", int, "Inputs per connection.")
+    mix: str = opt(DEFAULT_MIX, "--mix", str, MIX_HELP, show_default=False)
+    interrupts: float = opt(0.0, "--interrupts", float, "Interrupt-priority inputs per second.")
     interrupt_marker: str = "!batch2"
-    duration_s: float | None = None
-    rate: float | None = None  # open model: inputs per second
-    timeout_s: float = 60.0
+    duration_s: float | None = opt(None, "--duration", float, "Stop sending new inputs after S seconds.")
+    rate: float | None = opt(None, "--rate", float, "Open model: inputs per second (latency also from the scheduled time).")
+    timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
     connect_timeout_s: float = 30.0
-    seed: int = 1
+    seed: int = opt(1, "--seed", int, "Seed of the marker mix.")
     sample_interval_s: float = 0.5
-    dedup_probe: bool = True
-    out: Path = Path("runs")
-    quiet: bool = False
+    dedup_probe: bool = opt(True, "--no-dedup-probe", bool, "Skip the replay-guard probe (for kernels without one).")
+    out: Path = out_opt()
+    quiet: bool = quiet_opt()
 
     def __post_init__(self) -> None:
         if not 1 <= self.conns <= 20_000:
@@ -103,40 +113,29 @@ class StressSettings:
 
 
 class _Load:
-    def __init__(self, s: StressSettings, target: Target, rundir: RunDir, watch: Watch, progress: Progress) -> None:
+    def __init__(self, s: StressSettings, target: Target, run: Run) -> None:
         self.s = s
         self.target = target
-        self.rundir = rundir
-        self.watch = watch
-        self.progress = progress
+        self.run = run
         self.mix = parse_mix(s.mix)
+        self.markers, self.weights = zip(*self.mix)
         self.rng = random.Random(s.seed)
-        self.t0 = time.monotonic()
+        self.t0 = run.t0
         self.deadline = self.t0 + s.duration_s if s.duration_s else None
         self.reconnects = 0
         self.capacity_errors: Counter[str] = Counter()
 
     def pick(self) -> str:
-        markers, weights = zip(*self.mix)
-        m = self.rng.choices(markers, weights)[0]
+        m = self.rng.choices(self.markers, self.weights)[0]
         return "" if m == "text" else m
 
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def record(self, turn: Turn, kind: str, conn: int, seq: int, **extra: Any) -> None:
-        plan = self.target.plan(turn.text)
-        v = judge(turn, plan)
-        row = v.to_json()
-        row.update(kind=kind, conn=conn, seq=seq, t_rel=round(turn.t_sent - self.t0, 4), **extra)
-        self.rundir.turn(row)
-        if kind != "probe":
-            self.progress.add(v.passed, v.latency_s)
-
     def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load") -> None:
         if err.kind == "capacity":
             self.capacity_errors[err.detail or "capacity"] += 1
-        self.record(failed_turn(marker, err), kind, conn, seq)
+        self.run.record_failure(marker, err, self.target, kind=kind, conn=conn, seq=seq)
 
     async def connect(self) -> KernelClient:
         c = self.target.client(connect_timeout_s=self.s.connect_timeout_s)
@@ -163,13 +162,13 @@ class _Load:
             for seq in range(self.s.inputs):
                 if self.expired():
                     return
-                self.watch.check()
+                self.run.check_alive()
                 marker = self.pick()
                 client = await self.ready(client, marker, conn, seq)
                 if client is None:
                     continue
                 turn = await client.turn(marker, self.s.timeout_s)
-                self.record(turn, "load", conn, seq)
+                self.run.record(turn, self.target, kind="load", conn=conn, seq=seq)
         finally:
             if client is not None:
                 await client.aclose()
@@ -182,7 +181,6 @@ class _Load:
             pool.put_nowait(None)
         total = self.s.conns * self.s.inputs
         interval = 1.0 / (self.s.rate or 1.0)
-        tasks: set[asyncio.Task] = set()
 
         async def one(i: int, scheduled: float) -> None:
             client = await pool.get()
@@ -194,27 +192,23 @@ class _Load:
                 turn = await client.send(marker)
                 turn.t_scheduled = scheduled
                 turn = await client.collect(turn, self.s.timeout_s)
-                self.record(turn, "load", i % self.s.conns, i)
+                self.run.record(turn, self.target, kind="load", conn=i % self.s.conns, seq=i)
             finally:
                 pool.put_nowait(client)
 
         try:
-            for i in range(total):
-                scheduled = self.t0 + i * interval
-                if self.deadline is not None and scheduled >= self.deadline:
-                    break
-                delay = scheduled - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)  # pacing to the schedule, not synchronisation
-                self.watch.check()
-                t = asyncio.create_task(one(i, scheduled))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
-            if tasks:
-                await asyncio.gather(*tasks)
+            # one input's fatal error (the target died) cancels and awaits the others
+            async with asyncio.TaskGroup() as tg:
+                for i in range(total):
+                    scheduled = self.t0 + i * interval
+                    if self.deadline is not None and scheduled >= self.deadline:
+                        break
+                    delay = scheduled - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)  # pacing to the schedule, not synchronisation
+                    self.run.check_alive()
+                    tg.create_task(one(i, scheduled))
         finally:
-            for t in tasks:
-                t.cancel()
             while not pool.empty():
                 c = pool.get_nowait()
                 if c is not None:
@@ -242,7 +236,7 @@ class _Load:
                         seq += 1
                         continue
                 turn = await client.turn(self.s.interrupt_marker, self.s.timeout_s, interrupt=True)
-                self.record(turn, "interrupt", -1, seq)
+                self.run.record(turn, self.target, kind="interrupt", conn=-1, seq=seq)
                 seq += 1
         finally:
             if client is not None:
@@ -262,7 +256,8 @@ class _Load:
         for k, (turn, v) in enumerate(((first, v1), (second, v2))):
             row = v.to_json()
             row.update(kind="probe", conn=-2, seq=k, t_rel=round(turn.t_sent - self.t0, 4), duplicate=turn.duplicate)
-            self.rundir.turn(row)
+            self.run.dir.turn(row)
+            self.run.rows.append(row)
         if not v1.passed:
             return {"ok": False, "detail": f"the probe's first input failed: {v1.failure}"}
         if not v2.passed:
@@ -270,9 +265,10 @@ class _Load:
         return {"ok": True, "detail": "the identical second input came back duplicate: true"}
 
 
-def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any]) -> dict[str, Any]:
+def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the report shows, from the turn rows alone (+ extras):
     `kstress report` recomputes it from turns.jsonl."""
+    extras = extras or {}
     inputs = [r for r in rows if r.get("kind") in ("load", "interrupt")]
     passed = [r for r in inputs if r.get("passed")]
     # keyed by the failure's name without its numbers (`count 1/4` and
@@ -320,7 +316,7 @@ def _pcts(xs: list[float]) -> dict[str, Any]:
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items()}
 
 
-def stress_checks(summary: dict[str, Any]) -> list[Check]:
+def stress_checks(summary: dict[str, Any], settings: dict[str, Any] | None = None) -> list[Check]:
     checks = [
         Check(
             "every input passed its verdict",
@@ -331,27 +327,16 @@ def stress_checks(summary: dict[str, Any]) -> list[Check]:
     probe = summary.get("dedup_probe")
     if probe is not None:
         checks.append(Check("replay guard drops an identical input", bool(probe.get("ok")), probe.get("detail", "")))
-    orphans = summary.get("orphans")
-    if orphans is not None:
-        checks.append(
-            Check(
-                "no orphans after the target exited",
-                not orphans,
-                "none" if not orphans else "; ".join(f"pid {o['pid']}: {o['cmdline']}" for o in orphans),
-            )
-        )
     return checks
 
 
 async def run_stress(settings: StressSettings, access: Access) -> RunResult:
     target = Target(access)
 
-    async def body(rundir: RunDir, watch: Watch) -> Outcome:
-        total = settings.conns * settings.inputs
-        progress = Progress(total, settings.quiet)
-        load = _Load(settings, target, rundir, watch, progress)
+    async def body(run: Run) -> None:
+        load = _Load(settings, target, run)
+        extras = run.extras
         stats_client: KernelClient | None = None
-        extras: dict[str, Any] = {}
         sampler = None
         try:
             try:
@@ -359,25 +344,31 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
             except ConnError:
                 stats_client = None
             if target.target_pid is not None:
-                sampler = Sampler(target.target_pid, rundir.resources_path, settings.sample_interval_s, stats_client.stats if stats_client else None)
+                sampler = Sampler(target.target_pid, run.dir.resources_path, settings.sample_interval_s, stats_client.stats if stats_client else None)
                 if sampler.preflight() is None:
                     await sampler.start()
                 else:
                     sampler = None
-            progress.start()
             stop = asyncio.Event()
-            side = asyncio.create_task(load.interrupts(stop)) if settings.interrupts > 0 else None
             try:
-                if settings.rate:
-                    await load.open_model()
-                else:
-                    await asyncio.gather(*(load.closed_conn(c) for c in range(settings.conns)))
+                # one connection's fatal error (the target died) cancels and
+                # awaits every other before the results are written
+                async with asyncio.TaskGroup() as tg:
+                    if settings.interrupts > 0:
+                        tg.create_task(load.interrupts(stop))
+                    try:
+                        if settings.rate:
+                            await load.open_model()
+                        else:
+                            async with asyncio.TaskGroup() as conns:
+                                for c in range(settings.conns):
+                                    conns.create_task(load.closed_conn(c))
+                    finally:
+                        stop.set()
             finally:
-                stop.set()
-                if side is not None:
-                    await side
-                await progress.stop()
-            watch.check()
+                extras["reconnects"] = load.reconnects
+                extras["capacity_errors"] = dict(load.capacity_errors)
+            run.check_alive()
             if settings.dedup_probe:
                 extras["dedup_probe"] = await load.dedup_probe()
             if stats_client is not None:
@@ -390,22 +381,66 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
                 extras["resources"] = (await sampler.stop()).to_json()
             if stats_client is not None:
                 await stats_client.aclose()
-        watch.check()
-        extras["orphans"] = await target.stop_and_check_orphans()
-        extras["reconnects"] = load.reconnects
-        extras["capacity_errors"] = dict(load.capacity_errors)
-        from ..results import read_jsonl
+        run.check_alive()
 
-        rows = read_jsonl(rundir.path / "turns.jsonl")
-        summary = summarize_stress(rows, extras)
-        return Outcome(summary=summary, checks=stress_checks(summary), settings=_settings_json(settings), extras=extras)
-
-    from ..report import render_stress
-
-    return await run_scenario("stress", settings.out, [target], body, render_stress, _settings_json(settings))
+    return await run_scenario(SCENARIO, settings, [target], body, total=settings.conns * settings.inputs)
 
 
-def _settings_json(s: StressSettings) -> dict[str, Any]:
-    d = asdict(s)
-    d["out"] = str(s.out)
-    return d
+def summarize_run(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    return summarize_stress(rows, extras, settings)
+
+
+def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
+    st = doc.get("settings", {})
+    model = f"open model at {st.get('rate')} inputs/s" if st.get("rate") else "closed model"
+    out = header(doc, "stress")
+    out += [
+        f"{st.get('conns')} connections x {st.get('inputs')} inputs ({model}), mix `{st.get('mix')}`"
+        + (f", {st.get('interrupts')} interrupts/s" if st.get("interrupts") else ""),
+        "",
+        "## Verdicts",
+        "",
+        "| attempted | passed | pass rate | throughput |",
+        "|---:|---:|---:|---:|",
+        f"| {s.get('attempted')} | {s.get('passed')} | {fmt_pct(s.get('pass_rate'))} | {fmt_num(s.get('throughput_per_s'), '{:.1f}/s')} |",
+        "",
+    ]
+    if s.get("failures"):
+        ex = s.get("failure_examples") or {}
+        out += ["| failure | count | first seen as |", "|---|---:|---|"]
+        out += [f"| {k} | {v} | `{ex.get(k, k)}` |" for k, v in s["failures"].items()] + [""]
+    out += ["## Latency (passed turns only)", "", "| measure | n | p50 | p90 | p99 | max |", "|---|---:|---:|---:|---:|---:|"]
+    for name, key in (("done (from send)", "latency_s"), ("first frame", "first_frame_s"), ("done (from schedule)", "scheduled_latency_s")):
+        p = s.get(key)
+        if p:
+            out.append(f"| {name} | {p.get('n')} | {fmt_ms(p.get('p50'))} | {fmt_ms(p.get('p90'))} | {fmt_ms(p.get('p99'))} | {fmt_ms(p.get('max'))} |")
+    out.append("")
+    k = s.get("kernel") or {}
+    if k:
+        out += ["## Kernel counters", "", "| " + " | ".join(k) + " |", "|" + "---:|" * len(k), "| " + " | ".join(str(v) for v in k.values()) + " |", ""]
+    r = s.get("resources") or {}
+    if r:
+        out += [
+            "## Resources (target process tree)",
+            "",
+            f"peak RSS {fmt_num(r.get('peak_rss_mb'), '{:.1f} MB')}, peak CPU {fmt_num(r.get('peak_cpu_pct'), '{:.0f}%')} "
+            f"(mean {fmt_num(r.get('mean_cpu_pct'), '{:.0f}%')}), peak threads {r.get('peak_threads')}, peak fds {r.get('peak_fds')}, "
+            f"peak children {r.get('peak_children')}, peak queue {s.get('peak_queue')}; {r.get('samples')} samples, "
+            f"sampler CPU {fmt_num(r.get('sampler_cpu_s'), '{:.3f} s')}",
+            "",
+        ]
+    if s.get("capacity_errors"):
+        out += [f"Capacity errors (harness side): {s['capacity_errors']}", ""]
+    out += checks_section(doc)
+    return "\n".join(out)
+
+
+SCENARIO = Scenario(
+    name="stress",
+    help="Many connections, a marker mix, every turn verified.",
+    settings=StressSettings,
+    run=run_stress,
+    summarize=summarize_run,
+    checks=stress_checks,
+    render=render_stress,
+)

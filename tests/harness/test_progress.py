@@ -2,7 +2,7 @@
 
 import io
 
-from harness.scenarios.common import Progress
+from harness.runner import Progress
 
 
 class Tty(io.StringIO):

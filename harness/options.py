@@ -1,0 +1,59 @@
+"""Command-line flags declared on the settings they fill.
+
+A scenario's settings dataclass marks each field a user may set with
+:func:`opt` (a flag) or :func:`arg` (a positional argument); the CLI builds the
+scenario's command from those fields, so a new scenario needs no CLI code.
+Fields without a mark are library-only settings. This module knows nothing of
+click: it only records what the flag is called, how its text becomes a value
+and what the help says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+
+CLI = "kstress.cli"
+
+
+@dataclass(frozen=True)
+class Flag:
+    flag: str | None  # None: a positional argument
+    type: type  # int, float, str, Path or bool (a switch)
+    help: str = ""
+    parse: Callable[[str], Any] | None = None  # text -> value, for lists and the like
+    shown: str | None = None  # the default as text, when it differs from str(default)
+    show_default: bool = True
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def negates(self) -> bool:
+        """A `--no-X` switch sets its field to False."""
+        return self.type is bool and bool(self.flag) and self.flag.startswith("--no-")  # type: ignore[union-attr]
+
+
+def opt(default: Any, flag: str, type_: type, help: str = "", **kw: Any) -> Any:
+    return dataclasses.field(default=default, metadata={CLI: Flag(flag, type_, help, **kw)})
+
+
+def arg(type_: type = str, help: str = "") -> Any:
+    return dataclasses.field(metadata={CLI: Flag(None, type_, help)})
+
+
+def flags_of(settings_cls: type) -> list[tuple[dataclasses.Field, Flag]]:
+    return [(f, f.metadata[CLI]) for f in dataclasses.fields(settings_cls) if CLI in f.metadata]
+
+
+OUT = dict(flag="--out", type_=Path, help="Where run directories go.")
+QUIET = dict(flag="--quiet", type_=bool, help="No live progress line.")
+
+
+def out_opt() -> Any:
+    return opt(Path("runs"), **OUT)
+
+
+def quiet_opt() -> Any:
+    return opt(False, **QUIET)

@@ -1,0 +1,313 @@
+"""One way through a run, for every scenario.
+
+A scenario is a module that registers a :class:`Scenario`: its settings class,
+``run``, and three pure functions of the raw data, ``summarize(turns, settings,
+extras)``, ``checks(summary, settings)`` and ``render(doc, summary)``. The
+runner owns the rest, in small parts:
+
+    open     check the targets (usage errors before any run directory), create
+             the run directory, start what the run owns (sandboxes)
+    record   one recorder for every turn: judge -> row -> turns.jsonl -> progress,
+             the rows kept in memory for the summary (nothing is read back)
+    close    stop what the run started, list orphans (every scenario that started
+             its target fails naming them), copy the mock's log and process logs
+    write    summary, checks, run.json and report.md -- on every path: pass,
+             checks failed, target died (3), interrupted (130), a bug (4)
+
+Signals are not handled here: the CLI edge turns SIGINT/SIGTERM/SIGHUP into a
+cancellation of the run's task, which the runner records as interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Sequence
+
+from .aio import finish_shielded, first_error
+from .client import ConnError, Turn, failed_turn
+from .errors import (
+    EXIT_CHECKS_FAILED,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    KstressError,
+    TargetDied,
+)
+from .results import Check, RunDir, host_meta
+from .stats import LogHistogram
+from .sut import Target
+from .verdict import TurnVerdict, judge
+
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    scenario: str
+    passed: bool
+    exit_code: int
+    dir: Path | None  # None: a usage error before any turn, nothing was written
+    summary: dict[str, Any]
+    checks: tuple[Check, ...]
+    report: str
+    error: str | None = None
+
+
+def settings_json(settings: Any, targets: Sequence[Target] = ()) -> dict[str, Any]:
+    """A settings dataclass as run.json stores it."""
+    d = asdict(settings)
+    for k, v in d.items():
+        if isinstance(v, Path):
+            d[k] = str(v)
+    return d
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A registry entry (harness/scenarios/__init__.py): everything the CLI,
+    the runner and `kstress report` need to know of one scenario."""
+
+    name: str
+    help: str
+    settings: type
+    run: Callable[..., Awaitable[RunResult]]
+    summarize: Callable[[Rows, dict[str, Any], dict[str, Any]], dict[str, Any]]
+    checks: Callable[[dict[str, Any], dict[str, Any]], list[Check]]
+    render: Callable[[dict[str, Any], dict[str, Any]], str]
+    to_json: Callable[[Any, Sequence[Target]], dict[str, Any]] = settings_json
+    access: bool = True  # takes --launch/--state/--socket and the target options
+
+
+def orphan_checks(extras: dict[str, Any]) -> list[Check]:
+    """The one orphan check: present whenever the run started its target."""
+    orphans = extras.get("orphans")
+    if orphans is None:
+        return []
+    detail = "; ".join((f"{o['target']}: " if o.get("target") else "") + f"pid {o['pid']}: {o['cmdline']}" for o in orphans)
+    return [Check("no orphans after the target exited", not orphans, detail or "none")]
+
+
+def all_checks(scenario: Scenario, summary: dict[str, Any], settings: dict[str, Any], extras: dict[str, Any]) -> list[Check]:
+    return scenario.checks(summary, settings) + orphan_checks(extras)
+
+
+def partial_summary(scenario: Scenario, rows: Rows, settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    """What a cut-short run measured, from the turns that did finish: the same
+    function `kstress report` uses, so the two always agree."""
+    summary: dict[str, Any] = {"partial": True, "turns_recorded": len(rows)}
+    if rows:
+        try:
+            summary.update(scenario.summarize(rows, settings, extras))
+        except Exception as exc:  # noqa: BLE001 - the files must still be written
+            summary["summary_error"] = f"{type(exc).__name__}: {exc}"
+    return summary
+
+
+class Progress:
+    """A live progress line on a TTY; silent otherwise or when quiet."""
+
+    def __init__(self, total: int | None, quiet: bool = False, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = not quiet and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.total = total
+        self.done = 0
+        self.passed = 0
+        # the whole run's p50 within 1% in O(buckets) memory, however long the
+        # run: the exact percentiles are computed once, at the end
+        self.latencies = LogHistogram()
+        self.t0 = time.monotonic()
+        self._task: asyncio.Task | None = None
+
+    def add(self, passed: bool, latency: float | None) -> None:
+        self.done += 1
+        self.passed += passed
+        if latency is not None and passed:
+            self.latencies.record(latency)
+
+    def line(self) -> str:
+        p50 = self.latencies.percentile(50)
+        rate = f"{self.passed / self.done:.1%}" if self.done else "-"
+        total = f"/{self.total}" if self.total else ""
+        p50s = f"{p50 * 1000:.0f}ms" if p50 is not None else "-"
+        return f"{self.done}{total} done  pass {rate}  p50 {p50s}  {time.monotonic() - self.t0:.1f}s"
+
+    def draw(self) -> None:
+        if self.enabled:
+            self.stream.write("\r\033[K" + self.line())
+            self.stream.flush()
+
+    async def _loop(self) -> None:
+        while True:
+            self.draw()
+            await asyncio.sleep(0.5)  # refresh period of the display
+
+    def start(self) -> None:
+        if self.enabled and self._task is None:
+            self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+class Run:
+    """What a scenario body works with: the run directory, the recorder, the
+    targets' liveness, and ``extras`` (measurements beside the turns, written
+    to run.json as they stand even when the run is cut short)."""
+
+    def __init__(self, rundir: RunDir, targets: Sequence[Target], progress: Progress) -> None:
+        self.dir = rundir
+        self.targets = list(targets)
+        self.progress = progress
+        self.rows: Rows = []
+        self.extras: dict[str, Any] = {}
+        self.t0 = time.monotonic()
+
+    def record(self, turn: Turn, target: Target, *, progress: bool = True, **labels: Any) -> TurnVerdict:
+        """Judge one turn against the target's plan, write its row, count it."""
+        v = judge(turn, target.plan(turn.text))
+        row = v.to_json()
+        row.update(labels)
+        if target.label:
+            row["version"] = target.label
+        row.setdefault("t_rel", round(turn.t_sent - self.t0, 4))
+        self.dir.turn(row)
+        self.rows.append(row)
+        if progress:
+            self.progress.add(v.passed, v.latency_s)
+        return v
+
+    def record_failure(self, marker: str, err: ConnError, target: Target, **labels: Any) -> TurnVerdict:
+        """An input that could not be delivered: attempted, so it counts."""
+        return self.record(failed_turn(marker, err), target, **labels)
+
+    def check_alive(self) -> None:
+        """Between turns: end the run early when a target died."""
+        for t in self.targets:
+            if not t.alive():
+                raise TargetDied(f"target {t.meta.get('name')} died during the run")
+
+
+Body = Callable[[Run], Awaitable[None]]
+
+
+async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Target], body: Body, total: int | None = None) -> RunResult:
+    """Open the targets, run the body, close, write run.json and report.md on
+    every path."""
+    for t in targets:
+        t.prepare()  # usage errors end here, before a run directory exists
+    rundir = RunDir(scenario.name, Path(settings.out))
+    started = time.time()
+    run = Run(rundir, targets, Progress(total, settings.quiet))
+    stack = contextlib.AsyncExitStack()
+    error: BaseException | None = None
+    try:
+        for t in targets:
+            await stack.enter_async_context(t)
+        run.t0 = time.monotonic()
+        run.progress.start()
+        try:
+            await body(run)
+        finally:
+            await run.progress.stop()
+        orphans: list[dict[str, Any]] = []
+        owned = False
+        for t in targets:
+            found = await t.stop_and_check_orphans()
+            if found is not None:
+                owned = True
+                orphans += [{**o, "target": t.label} if t.label else o for o in found]
+        if owned:
+            run.extras["orphans"] = orphans
+    except BaseException as exc:  # noqa: BLE001 - every path writes its results
+        error = first_error(exc)
+    try:
+        # after closing: an owned mock has exited and flushed its log
+        await finish_shielded(stack.aclose())
+    except BaseException as exc:  # noqa: BLE001
+        error = error or first_error(exc)
+    try:
+        _keep_logs(rundir, targets)
+    finally:
+        rundir.close()
+    result = _write(scenario, settings, targets, run, started, error)
+    if isinstance(error, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # the interruption is handled: it is the result
+    elif error is not None and not isinstance(error, KstressError):
+        raise error  # a bug in kstress: run.json says so, the CLI shows the traceback
+    return result
+
+
+def _keep_logs(rundir: RunDir, targets: Sequence[Target]) -> None:
+    for t in targets:
+        if t.mock_log is not None:
+            name = f"mock-{t.label}.jsonl" if t.label else "mock.jsonl"
+            rundir.copy_mock_log(t.mock_log, t.mock_log_offset, name)
+        if t.launch is not None and t.launch.run_dir is not None:
+            # the sandbox's own directory goes; its process logs stay with the results
+            logs = rundir.path / (f"logs-{t.label}" if t.label else "logs")
+            shutil.copytree(t.launch.logs, logs, dirs_exist_ok=True)
+            t.launch.remove_run_dir()
+
+
+def _exit_for(error: BaseException | None) -> tuple[int, str | None]:
+    if error is None:
+        return EXIT_OK, None
+    if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt)):
+        return EXIT_INTERRUPTED, "interrupted: partial results written"
+    if isinstance(error, KstressError):
+        return error.exit_code, str(error)
+    return EXIT_INTERNAL, f"internal error: {error!r}"
+
+
+def _write(scenario: Scenario, settings: Any, targets: Sequence[Target], run: Run, started: float, error: BaseException | None) -> RunResult:
+    exit_code, message = _exit_for(error)
+    rundir, rows = run.dir, run.rows
+    if exit_code == EXIT_USAGE and not rows and not any(rundir.path.glob("logs*")):
+        # bad input caught before anything ran: the message is the result; an
+        # empty FAIL report beside it would only be noise
+        shutil.rmtree(rundir.path, ignore_errors=True)
+        return RunResult(scenario.name, False, exit_code, None, {}, (), "", message)
+    sj = scenario.to_json(settings, targets)
+    if error is None:
+        summary = scenario.summarize(rows, sj, run.extras)
+        checks = all_checks(scenario, summary, sj, run.extras)
+    else:
+        summary = partial_summary(scenario, rows, sj, run.extras)
+        checks = [Check("run completed", False, message or "")]
+    passed = exit_code == EXIT_OK and all(c.passed for c in checks)
+    if exit_code == EXIT_OK and not passed:
+        exit_code = EXIT_CHECKS_FAILED
+    ended = time.time()
+    doc = {
+        "scenario": scenario.name,
+        "passed": passed,
+        "exit_code": exit_code,
+        "error": message,
+        "started": started,
+        "ended": ended,
+        "duration_s": round(ended - started, 3),
+        "meta": {"host": host_meta(), "targets": [t.meta for t in targets]},
+        "settings": sj,
+        "summary": summary,
+        "checks": [c.to_json() for c in checks],
+        "extras": run.extras,
+    }
+    rundir.finish(doc)
+    report = scenario.render(doc, summary)
+    (rundir.path / "report.md").write_text(report)
+    return RunResult(scenario.name, passed, exit_code, rundir.path, summary, tuple(checks), report, message)

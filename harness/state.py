@@ -1,0 +1,151 @@
+"""A sandbox's state file (``state.json`` in its run dir), and the one reader
+of it. The launcher writes it; every scenario, ``kcli``, ``status`` and
+``stop`` read it through :func:`read_state`, so each sees the same sandbox:
+where its socket is, the token, the protocol adapter, and everything needed to
+plan and judge turns exactly as its mock plans them (tool times, catalog).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mock.catalog import DEFAULT_CATALOG, Catalog
+from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
+
+from .errors import UsageError
+from .target import load_catalog_file
+
+STATE_NAME = "state.json"
+
+
+def invoking_ids() -> tuple[int, int]:
+    """The user a run belongs to: the sudo caller when run through sudo."""
+    if os.geteuid() == 0 and os.environ.get("SUDO_UID", "").isdigit():
+        return int(os.environ["SUDO_UID"]), int(os.environ.get("SUDO_GID", os.environ["SUDO_UID"]))
+    return os.getuid(), os.getgid()
+
+
+def state_home() -> Path:
+    """Where the pointer to the current sandbox lives, per invoking user
+    ($KSTRESS_HOME overrides: several independent sandboxes, tests)."""
+    if os.environ.get("KSTRESS_HOME"):
+        return Path(os.environ["KSTRESS_HOME"])
+    uid, _ = invoking_ids()
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.geteuid() != 0 and Path(xdg).is_dir():
+        return Path(xdg) / "kstress"
+    return Path(tempfile.gettempdir()) / f"kstress-{uid}"
+
+
+def pointer_path() -> Path:
+    return state_home() / "current"
+
+
+@dataclass(frozen=True)
+class SandboxState:
+    """What a running (or stopped) sandbox holds."""
+
+    path: Path
+    status: str
+    run_dir: Path
+    socket: str
+    token: str | None = None
+    protocol: str | None = None
+    llm_url: str = ""
+    mock_socket: str | None = None
+    namespace: str | None = None
+    mechanism: str | None = None
+    net_inode: int | None = None
+    supervisor_pid: int | None = None
+    target_pid: int | None = None
+    mock_pid: int | None = None
+    argv: tuple[str, ...] = ()
+    target_name: str | None = None
+    bin: str | None = None
+    bin_sha256: str | None = None
+    tool_ms: int = DEFAULT_TOOL_MS
+    mixed_ms: int = DEFAULT_MIXED_MS
+    tools: str | None = None  # the mock's tool catalog file, None for the default
+    returncode: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def mock_log(self) -> Path:
+        return self.run_dir / "mock.jsonl"
+
+    def catalog(self) -> Catalog:
+        """The catalog the sandbox's mock plans with."""
+        if not self.tools:
+            return DEFAULT_CATALOG
+        return load_catalog_file(self.tools, f"the catalog of the sandbox in {self.path}")
+
+    def meta(self) -> dict[str, Any]:
+        """The target's metadata as a run records it."""
+        return {
+            "name": self.target_name, "argv": list(self.argv), "bin": self.bin, "bin_sha256": self.bin_sha256,
+            "namespace": self.namespace, "mechanism": self.mechanism, "sandbox_dir": str(self.run_dir), "launched": False,
+        }
+
+    @classmethod
+    def from_json(cls, path: Path, data: Any) -> "SandboxState":
+        where = f"state file {path}"
+        if not isinstance(data, dict):
+            raise UsageError(f"{where}: expected a JSON object as kstress launch writes it, got {type(data).__name__}; pass the state.json of a sandbox (--state)")
+
+        def get(key: str, typ: type, required: bool = False, default: Any = None) -> Any:
+            v = data.get(key)
+            if v is None:
+                if required:
+                    raise UsageError(f"{where}: it has no {key!r}; it is not a state file kstress launch wrote (pass the state.json of a sandbox)")
+                return default
+            if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+                raise UsageError(f"{where}: {key!r} is {v!r}, not a {typ.__name__}; the file is damaged (relaunch the sandbox)")
+            return v
+
+        pids = data.get("pids") if isinstance(data.get("pids"), dict) else {}
+        argv = get("argv", list, default=[])
+        if not all(isinstance(a, str) for a in argv):
+            raise UsageError(f"{where}: 'argv' must be a list of strings; the file is damaged (relaunch the sandbox)")
+        return cls(
+            path=path,
+            status=get("status", str, default="unknown"),
+            run_dir=Path(get("run_dir", str, required=True)),
+            socket=get("socket", str, required=True),
+            token=get("token", str),
+            protocol=get("protocol", str),
+            llm_url=get("llm_url", str, default=""),
+            mock_socket=get("mock_socket", str),
+            namespace=get("namespace", str),
+            mechanism=get("mechanism", str),
+            net_inode=get("net_inode", int),
+            supervisor_pid=get("supervisor_pid", int),
+            target_pid=pids.get("target") if isinstance(pids.get("target"), int) else None,
+            mock_pid=pids.get("mock") if isinstance(pids.get("mock"), int) else None,
+            argv=tuple(argv),
+            target_name=get("target_name", str),
+            bin=get("bin", str),
+            bin_sha256=get("bin_sha256", str),
+            tool_ms=get("tool_ms", int, default=DEFAULT_TOOL_MS),
+            mixed_ms=get("mixed_ms", int, default=DEFAULT_MIXED_MS),
+            tools=get("tools", str),
+            returncode=get("returncode", int),
+            raw=dict(data),
+        )
+
+
+def read_state(path: Path) -> SandboxState:
+    """The one reader of a sandbox's state file."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"state file {path}: cannot read it ({exc.strerror}); pass the state.json of a running sandbox (--state)") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"state file {path}: not valid JSON ({exc}); pass the state.json of a running sandbox (--state)") from None
+    return SandboxState.from_json(path, data)

@@ -1,0 +1,161 @@
+"""The system under test, however a run reaches it.
+
+``Access`` says how: a sandbox this run launches (``launch``), a bare socket
+(``socket``, no sandbox), or the running detached sandbox (``state`` or the
+pointer). ``Target`` is the opened handle every scenario drives: the socket,
+token and protocol to connect with, the catalog and tool times to plan and
+judge turns exactly as the mock plans them, and the target's metadata.
+
+Opening is two steps. ``prepare()`` checks everything that can be checked
+without starting anything (a bad catalog, protocol, binary or state file is a
+usage error before any run directory exists); entering the context starts the
+sandbox when this run owns one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mock.catalog import DEFAULT_CATALOG, Catalog
+from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, Plan, build_plan
+
+from .aio import finish_shielded
+from .client import KernelClient
+from .errors import TargetError
+from .launcher import Launch, LaunchSettings
+from .protocol import Protocol, load_protocol
+from .state import SandboxState
+from .supervisor import require_running
+from .target import load_catalog_file
+
+
+@dataclass(frozen=True)
+class Access:
+    """How a scenario reaches its kernel: ``launch`` (own sandbox), else
+    ``socket`` (a bare socket, no sandbox), else the running detached sandbox
+    (``state`` or the pointer)."""
+
+    launch: LaunchSettings | None = None
+    state: Path | None = None
+    socket: Path | None = None
+    token: str | None = None
+    protocol: str | None = None
+    tool_ms: int = DEFAULT_TOOL_MS
+    mixed_ms: int = DEFAULT_MIXED_MS
+    tools: Path | None = None  # catalog, for a bare socket
+
+
+class Target:
+    """The kernel under test, however it was reached."""
+
+    def __init__(self, access: Access, label: str = "") -> None:
+        self.access = access
+        self.label = label
+        self.launch: Launch | None = None
+        self.owned = access.launch is not None
+        self.socket = ""
+        self.token: str | None = None
+        self.protocol: Protocol = Protocol()
+        self.tool_ms = access.tool_ms
+        self.mixed_ms = access.mixed_ms
+        self.catalog: Catalog = DEFAULT_CATALOG
+        self.target_pid: int | None = None
+        self.mock_log: Path | None = None
+        self.mock_log_offset = 0
+        self.meta: dict[str, Any] = {}
+        self.orphans: list[dict[str, Any]] | None = None
+        self._sandbox: SandboxState | None = None
+        self._prepared = False
+        self._stack = contextlib.AsyncExitStack()
+
+    # --- opening ---------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Check what can be checked before anything starts; raises UsageError."""
+        if self._prepared:
+            return
+        a = self.access
+        if a.launch is not None:
+            spec = a.launch.target
+            spec.check_binary()
+            self.protocol = load_protocol(spec.protocol)
+            self.tool_ms, self.mixed_ms = a.launch.tool_ms, a.launch.mixed_ms
+            if spec.tools:
+                self.catalog = load_catalog_file(spec.tools, f"target {spec.source}: tools")
+        elif a.socket is not None:
+            self.socket, self.token = str(a.socket), a.token
+            self.protocol = load_protocol(a.protocol)
+            if a.tools:
+                self.catalog = load_catalog_file(a.tools, "--tools")
+            self.meta = {"name": "socket", "socket": self.socket, "launched": False}
+        else:
+            s = require_running(a.state).state
+            self._sandbox = s
+            self.socket, self.token = s.socket, a.token or s.token
+            self.protocol = load_protocol(a.protocol or s.protocol)
+            self.tool_ms, self.mixed_ms = s.tool_ms, s.mixed_ms
+            self.catalog = s.catalog()
+            self.target_pid = s.target_pid
+            self.mock_log = s.mock_log
+            self.meta = s.meta()
+        if self.label:
+            self.meta["label"] = self.label
+        self._prepared = True
+
+    async def __aenter__(self) -> "Target":
+        self.prepare()
+        a = self.access
+        if a.launch is not None:
+            L = await self._stack.enter_async_context(Launch(a.launch))
+            self.launch = L
+            self.socket, self.token = str(L.socket_path), L.token
+            self.target_pid = L.target_proc.pid if L.target_proc else None
+            self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir else None
+            self.meta = {
+                "name": L.spec.name, "argv": L.argv, "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
+                "namespace": L.sandbox.name, "mechanism": L.sandbox.mechanism, "sandbox_dir": str(L.run_dir), "launched": True,
+            }
+            if self.label:
+                self.meta["label"] = self.label
+        elif self._sandbox is not None and self._sandbox.status == "target_died":
+            raise TargetError(
+                f"the target in the running sandbox died (exit code {self._sandbox.returncode}); stop it with scripts/launch.sh stop"
+            )
+        if self.mock_log is not None and self.mock_log.exists():
+            self.mock_log_offset = self.mock_log.stat().st_size
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await finish_shielded(self._stack.aclose())
+
+    # --- driving ----------------------------------------------------------------------
+
+    def client(self, **kw: Any) -> KernelClient:
+        return KernelClient(self.socket, self.token, self.protocol, **kw)
+
+    def plan(self, text: str) -> Plan:
+        return build_plan(text, self.catalog, self.tool_ms, self.mixed_ms)
+
+    def alive(self) -> bool:
+        if self.launch is not None:
+            return self.launch.target_alive()
+        if self.target_pid is None:
+            return True
+        try:
+            return psutil.Process(self.target_pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    async def stop_and_check_orphans(self) -> list[dict[str, Any]] | None:
+        """Only for a sandbox this run launched: stop the target, list what it
+        left behind (None when this run did not start the target)."""
+        if self.launch is None:
+            return None
+        exit_ = await self.launch.stop_target()
+        self.orphans = exit_.orphans
+        return self.orphans
