@@ -8,6 +8,7 @@ at the edge, and nowhere in the library."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -54,9 +55,11 @@ def cli() -> None:
 @click.pass_context
 def mock_cmd(ctx) -> None:
     """Run the deterministic mock LLM (an alias of `python -m mock`; --help lists its flags)."""
-    from mock.__main__ import main as mock_main
-
-    sys.exit(mock_main(ctx.args, prog=ctx.command_path, err_prefix="kstress"))
+    # exec, not import: the mock is a program of its own, and the harness uses
+    # nothing of it but its pure grammar modules
+    env = dict(os.environ, KSTRESS_MOCK_PROG=ctx.command_path)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
+    os.execve(sys.executable, [sys.executable, "-m", "mock", *ctx.args], env)
 
 
 # --- shared parameters ----------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -57,7 +58,10 @@ async def serve(settings, out: TextIO = sys.stdout) -> None:  # settings: MockSe
             loop.remove_signal_handler(sig)
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m mock", err_prefix: str = "mock") -> int:
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    # an alias (`kstress mock`) execs this module and names itself here
+    prog = prog or os.environ.get("KSTRESS_MOCK_PROG") or "python -m mock"
+    err_prefix = prog.split()[0]
     args = parser(prog).parse_args(argv)
     from .catalog import DEFAULT_CATALOG, load_catalog
     from .errors import ConfigError

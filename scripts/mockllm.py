@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Run the kstress mock LLM: `scripts/mockllm.py --port 8000` (see `--help`)."""
+"""Run the kstress mock LLM: `scripts/mockllm.py --port 8000` (see `--help`);
+the same program as `python -m mock`."""
 import os
 import sys
 
@@ -8,7 +9,7 @@ import _bootstrap  # noqa: E402
 
 _bootstrap.ensure()
 
-from harness.cli import main_with  # noqa: E402
+from mock.__main__ import main  # noqa: E402
 
 if __name__ == "__main__":
-    main_with(sys.argv[1:], "mockllm.py", "mock")
+    sys.exit(main(sys.argv[1:], prog="mockllm.py"))
