@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m 'not slow' -x -q
+	$(PY) -m pytest -m fast -x -q
 
 bench: $(STAMP)
 	$(PY) bench/run.py

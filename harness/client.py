@@ -16,7 +16,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from mock.markers import compose
 
@@ -71,10 +71,6 @@ class Turn:
         return "".join(self.deltas)
 
     @property
-    def tool_frames(self) -> list[dict[str, Any]]:
-        return [f for _, f in self.frames if f.get("type") == "tool"]
-
-    @property
     def latency_s(self) -> float | None:
         return None if self.t_done is None else self.t_done - self.t_sent
 
@@ -102,9 +98,10 @@ def failed_turn(marker: str, exc: "ConnError") -> Turn:
     return turn
 
 
-async def open_unix(path: str, deadline: float, retry_refused: bool = False) -> socket.socket:
+async def open_unix(path: str, deadline: float, retry_refused: bool = False, on_retry: Callable[[str], None] | None = None) -> socket.socket:
     """A connected non-blocking unix socket, retrying EAGAIN (backlog full)
-    with backoff until the deadline (time.monotonic())."""
+    with backoff until the deadline (time.monotonic()). ``on_retry(kind)`` is
+    told of each failed attempt that will be retried."""
     delay = 0.001
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -134,6 +131,8 @@ async def open_unix(path: str, deadline: float, retry_refused: bool = False) -> 
         now = time.monotonic()
         if now >= deadline:
             raise ConnError(kind, msg)
+        if on_retry is not None:
+            on_retry(kind)
         await asyncio.sleep(min(delay, deadline - now))  # backoff between connect attempts
         delay = min(delay * 2, 0.05)
 

@@ -9,7 +9,9 @@
      |    |                            cannot be cleaned up, the mock LLM died
      |    +-- SandboxCleanupError   5
      +-- ChecksFailed               1  the run finished and some verdict failed
-     +-- Interrupted              130  SIGINT, SIGTERM or SIGHUP (partial results are written)
+
+    (no exception)               130  interrupted: SIGINT, SIGTERM or SIGHUP cancel the run at the
+                                      CLI edge; partial results are written
 
 Every message a user can cause names the value, the rule and the fix.
 """
@@ -49,7 +51,3 @@ class SandboxCleanupError(InfraError):
 
 class ChecksFailed(KstressError):
     exit_code = EXIT_CHECKS_FAILED
-
-
-class Interrupted(KstressError):
-    exit_code = EXIT_INTERRUPTED

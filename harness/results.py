@@ -19,7 +19,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from . import __version__
 from .errors import UsageError
@@ -78,11 +78,9 @@ class RunDir:
         else:  # pragma: no cover - a thousand runs in one second
             raise UsageError(f"cannot create a fresh run directory under {self.root}")
         self._turns = open(self.path / "turns.jsonl", "a", buffering=1)
-        self.turn_count = 0
 
     def turn(self, row: dict[str, Any]) -> None:
         self._turns.write(json.dumps(row, separators=(",", ":")) + "\n")
-        self.turn_count += 1
 
     @property
     def resources_path(self) -> Path:
@@ -148,9 +146,3 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         pass
     return rows
-
-
-def write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r, separators=(",", ":")) + "\n")

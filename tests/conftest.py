@@ -13,6 +13,21 @@ import pytest
 
 # tests/ itself is importable: shared helpers such as waiting.py
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+TESTS = Path(__file__).resolve().parent
+# folders whose tests need root: named network namespaces, or dropping to
+# nobody for the rootless variant (CI runs as root)
+ROOT_DIRS = ("e2e", "harness/sandbox")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tiers by marker: `slow` (marked in the module), `root` (by folder)
+    and `fast` (everything not slow), so `pytest -m fast` is the quick tier."""
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+        if any(rel.startswith(d + "/") for d in ROOT_DIRS):
+            item.add_marker(pytest.mark.root)
+        if item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.fast)
 
 
 def _children() -> dict[int, str]:
@@ -53,7 +68,7 @@ def unpriv():
     (root's home is 0700 here): for the rootless tests, run from a root CI."""
     if os.geteuid() != 0:
         pytest.fail("these tests run as root (CI does); the unprivileged variant drops to nobody itself")
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "sandbox"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "harness" / "sandbox"))
     from sbx_unpriv import UnprivEnv
 
     env = UnprivEnv()

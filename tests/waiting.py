@@ -1,5 +1,5 @@
 """Waiting for a condition with a deadline: the only way tests synchronise.
-(tests/sandbox keeps its own copy in sbx_helpers.py: those modules are copied
+(tests/harness/sandbox keeps its own copy in sbx_helpers.py: those modules are copied
 alone into the unprivileged user's tree.)"""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from harness.scenarios import (
 )
 from harness.target import TargetSpec
 
-pytestmark = [pytest.mark.slow, pytest.mark.root]
+pytestmark = pytest.mark.slow
 REFKERNEL = str(Path(sys.executable).with_name("refkernel"))
 
 

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from harness.client import ConnError, open_unix
+from waiting import await_until
 
 
 async def test_full_backlog_is_retried_until_accepted(tmp_path):
@@ -34,11 +35,12 @@ async def test_full_backlog_is_retried_until_accepted(tmp_path):
             await open_unix(path, time.monotonic() + 0.3)
         assert info.value.kind == "backlog_full"
 
-        connecting = asyncio.create_task(open_unix(path, time.monotonic() + 5))
-        # One turn of the loop: the task makes its first attempt, which fails
-        # with EAGAIN on the full backlog, and parks in its backoff.
-        await asyncio.sleep(0)
-        assert not connecting.done()
+        retries: list[str] = []
+        connecting = asyncio.create_task(open_unix(path, time.monotonic() + 5, on_retry=retries.append))
+        # the client really retries: its attempts fail with EAGAIN on the
+        # full backlog, and it keeps trying instead of giving up
+        await await_until(lambda: len(retries) >= 2, 5, "two EAGAIN retries on the full backlog")
+        assert set(retries) == {"backlog_full"} and not connecting.done()
         srv.setblocking(False)
         for _ in range(len(filler) + 2):
             try:

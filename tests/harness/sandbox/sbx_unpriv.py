@@ -31,7 +31,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 ROOT_DISTS = ("aiohttp", "psutil", "pyroute2", "click")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 
 

@@ -13,7 +13,7 @@ import sbx_checks
 from sbx_unpriv import UnprivEnv
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+REPO = HERE.parents[2]
 
 VARIANTS = ["netns", "userns", "userns-nobody"]
 
