@@ -38,7 +38,7 @@ class ConnError(Exception):
         self.detail = detail  # for `capacity`: the errno name (EMFILE, ...)
 
 
-@dataclass
+@dataclass(slots=True)
 class Turn:
     """Everything one input produced. Times are time.monotonic() seconds."""
 
@@ -80,12 +80,17 @@ class Turn:
 
 
 _seq = itertools.count()
+# pid and a random salt, once per process: two syscalls per input were a
+# measurable part of the harness's cost per turn, and a reused pid still gets
+# other nonces than the process that had it before
+_NONCE_TAG = (os.getpid(), os.urandom(2).hex())
 
 
 def new_nonce(prefix: str = "k") -> str:
     """Unique per process and run: a kernel's replay guard drops identical input
     text, so every input carries one."""
-    return f"{prefix}{os.getpid():x}x{next(_seq):x}{os.urandom(2).hex()}"
+    pid, salt = _NONCE_TAG
+    return f"{prefix}{pid:x}x{next(_seq):x}{salt}"
 
 
 def failed_turn(marker: str, exc: "ConnError") -> Turn:
@@ -235,28 +240,28 @@ class KernelClient:
 
     async def _pump(self, want: Any, deadline: float) -> None:
         """Read frames, stashing each by input id, until ``want()`` is true, EOF,
-        or the deadline."""
-        while not want():
-            if self._eof:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise asyncio.TimeoutError
-            async with self._read_lock:
-                if want():
+        or the deadline (time.monotonic(), the loop's clock)."""
+        # one timeout for the whole wait, not one per frame: asyncio.wait_for
+        # makes a task per call, a large part of the harness's cost per turn
+        async with asyncio.timeout_at(deadline):
+            while not want():
+                if self._eof:
                     return
-                try:
-                    frame = await asyncio.wait_for(self._recv_raw(), remaining)
-                except EOFError:
-                    return
-                now = time.monotonic()
-                kind, fid = self.protocol.classify(frame)
-                if kind is FrameKind.NOTIFY:
-                    self.notifications.append(frame)
-                elif kind is FrameKind.STATS:
-                    self._stats.append(frame)
-                else:
-                    self._stash.setdefault(fid or "", []).append((now, frame))
+                async with self._read_lock:
+                    if want():
+                        return
+                    try:
+                        frame = await self._recv_raw()
+                    except EOFError:
+                        return
+                    now = time.monotonic()
+                    kind, fid = self.protocol.classify(frame)
+                    if kind is FrameKind.NOTIFY:
+                        self.notifications.append(frame)
+                    elif kind is FrameKind.STATS:
+                        self._stats.append(frame)
+                    else:
+                        self._stash.setdefault(fid or "", []).append((now, frame))
 
     # --- turns -----------------------------------------------------------------
 
@@ -277,17 +282,37 @@ class KernelClient:
         """Gather the turn's frames until its terminal/error frame or the deadline."""
         if turn.outcome != "pending":
             return turn
-        deadline = turn.t_sent + timeout_s
         key = turn.input_id
-
-        def finished() -> bool:
-            for t, frame in self._stash.pop(key, []):
-                self._apply(turn, t, frame)
-            return turn.outcome != "pending"
-
+        classify = self.protocol.classify
         try:
-            await self._pump(finished, deadline)
-        except asyncio.TimeoutError:
+            # one timeout for the whole turn (asyncio.wait_for would make a task per frame)
+            async with asyncio.timeout_at(turn.t_sent + timeout_s):
+                while turn.outcome == "pending":
+                    stashed = self._stash.pop(key, None)  # read for us by another reader
+                    if stashed:
+                        for t, frame in stashed:
+                            self._apply(turn, t, frame, classify(frame)[0])
+                        continue
+                    if self._eof:
+                        break
+                    async with self._read_lock:
+                        if key in self._stash:
+                            continue
+                        try:
+                            frame = await self._recv_raw()
+                        except EOFError:
+                            break
+                        now = time.monotonic()
+                        kind, fid = classify(frame)
+                        if fid == key and kind is not FrameKind.NOTIFY and kind is not FrameKind.STATS:
+                            self._apply(turn, now, frame, kind)
+                        elif kind is FrameKind.NOTIFY:
+                            self.notifications.append(frame)
+                        elif kind is FrameKind.STATS:
+                            self._stats.append(frame)
+                        else:
+                            self._stash.setdefault(fid or "", []).append((now, frame))
+        except TimeoutError:
             turn.outcome = "timeout"
             return turn
         except ProtocolError as exc:
@@ -302,8 +327,7 @@ class KernelClient:
             turn.outcome, turn.conn_error = "closed", "kernel closed the connection before the turn ended"
         return turn
 
-    def _apply(self, turn: Turn, t: float, frame: dict[str, Any]) -> None:
-        kind, _ = self.protocol.classify(frame)
+    def _apply(self, turn: Turn, t: float, frame: dict[str, Any], kind: FrameKind) -> None:
         turn.frames.append((t, frame))
         if turn.t_first is None:
             turn.t_first = t

@@ -14,9 +14,12 @@ import importlib
 import json
 from typing import Any, Awaitable, Callable
 
+import orjson
+
 from .errors import UsageError
 
 MAX_FRAME = 1 << 20
+_std_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class FrameKind(enum.Enum):
@@ -51,7 +54,10 @@ class Protocol:
     # --- framing -------------------------------------------------------------
 
     def encode(self, frame: dict[str, Any]) -> bytes:
-        return json.dumps(frame, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        try:
+            return orjson.dumps(frame) + b"\n"  # every input goes through here
+        except TypeError:  # what orjson refuses (a lone surrogate), the stdlib writes
+            return _std_encode(frame).encode() + b"\n"
 
     async def read_frame(self, reader: asyncio.StreamReader) -> dict[str, Any] | None:
         """One frame, or None at EOF. Raises ProtocolError on a frame that is

@@ -324,7 +324,12 @@ def sweep_stale(lock_dir: Path | None = None, *, prefix: str = "kst") -> list[st
         names.update(p.name for p in NETNS_DIR.glob(f"{prefix}-*"))
     if lock_dir.is_dir():
         for staging in lock_dir.glob(f".{prefix}-*.new"):
-            _remove_if_unlocked(staging)  # an owner died between creating and naming its lock file
+            # an owner died between creating and naming its lock file; a live
+            # owner may be between creating it and locking it, so its pid (in
+            # the name) must be dead too
+            pid = staging.name[len(prefix) + 2 :].split("-", 1)[0]
+            if not (pid.isdigit() and _pid_alive(int(pid))):
+                _remove_if_unlocked(staging)
     removed = []
     for name in sorted(names):
         try:

@@ -15,6 +15,7 @@ sandbox when this run owns one.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from .protocol import Protocol, load_protocol
 from .state import SandboxState
 from .supervisor import require_running
 from .target import load_catalog_file
+
+ALIVE_EVERY_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class Target:
         self.orphans: list[dict[str, Any]] | None = None
         self._sandbox: SandboxState | None = None
         self._prepared = False
+        self._alive_at = -ALIVE_EVERY_S
         self._stack = contextlib.AsyncExitStack()
 
     # --- opening ---------------------------------------------------------------------
@@ -146,10 +150,18 @@ class Target:
             return self.launch.target_alive()
         if self.target_pid is None:
             return True
+        # a detached sandbox's target is another process's child: ask /proc,
+        # at most every ALIVE_EVERY_S (it is asked between every two turns)
+        now = time.monotonic()
+        if now - self._alive_at < ALIVE_EVERY_S:
+            return True
         try:
-            return psutil.Process(self.target_pid).status() != psutil.STATUS_ZOMBIE
+            ok = psutil.Process(self.target_pid).status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
-            return False
+            ok = False
+        if ok:
+            self._alive_at = now
+        return ok
 
     async def stop_and_check_orphans(self) -> list[dict[str, Any]] | None:
         """Only for a sandbox this run launched: stop the target, list what it

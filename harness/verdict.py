@@ -8,16 +8,17 @@ Anything else is a *named* failure (docs/results.md lists them all).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from mock.markers import Plan, parse_text_verdict, parse_timestamps, parse_verdict, peak_overlap
 
 from .client import Turn
 
 
-@dataclass(frozen=True)
-class TurnVerdict:
+class TurnVerdict(NamedTuple):
+    """Immutable, and a NamedTuple rather than a frozen dataclass: one is made
+    per turn, and a frozen dataclass's __init__ costs twice as much."""
+
     input_id: str
     nonce: str
     marker: str | None
@@ -52,7 +53,7 @@ class TurnVerdict:
         return self.expected is not None and self.got == self.expected and self.expected > 0
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = dict(zip(self._fields, self))
         d["failures"] = list(self.failures)
         return d
 

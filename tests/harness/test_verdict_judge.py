@@ -113,3 +113,14 @@ def test_verdict_json_round_trip():
     text = compose("!slowbatch2", "j1")
     v = judge(_turn(text, _reply(text)), build_plan(text))
     assert json.loads(json.dumps(v.to_json()))["overlap"] == 2
+
+
+def test_to_json_has_every_field_of_the_verdict():
+    """Every field of the verdict, in order, failures as a list (turns.jsonl)."""
+    from harness.verdict import TurnVerdict
+
+    v = TurnVerdict(input_id="i", nonce="n", marker="!batch2", plan="batch", passed=False, failures=("count 1/2",), outcome="response",
+                    latency_s=0.1, first_frame_s=0.05, expected=2, got=1, errors=0, tool_ms=3, overlap=None, tool_span_ms=None)
+    d = v.to_json()
+    assert list(d) == list(TurnVerdict._fields) and len(d) == 18
+    assert d == {**v._asdict(), "failures": ["count 1/2"]} and d["marker"] == "!batch2" and d["scheduled_s"] is None
