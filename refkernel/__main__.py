@@ -15,7 +15,7 @@ from pathlib import Path
 from . import __version__, procs
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RefkernelError
 from .kernel import Kernel
-from .settings import FAULTS, KernelSettings
+from .settings import BATCH_MODES, FAULTS, KernelSettings
 
 log = logging.getLogger("refkernel")
 
@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="refkernel",
         description="The kstress reference agent kernel: serves protocol v1 on a unix socket, "
         "calls an OpenAI-compatible LLM and runs its tool calls.",
-        epilog="faults (--fault NAME, repeatable or comma-separated):\n"
+        epilog="batch modes (--batch MODE):\n"
+        + "\n".join(f"  {name:<20} {what}" for name, what in BATCH_MODES.items())
+        + "\n\nfaults (--fault NAME, repeatable or comma-separated; serial-tools and always-parallel replace --batch):\n"
         + "\n".join(f"  {name:<20} {what}" for name, what in FAULTS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -43,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="max wait for the LLM's first byte and between stream chunks (default %(default)s)")
     p.add_argument("--max-parallel-tools", type=int, default=d.max_parallel_tools, metavar="P",
                    help="tool calls of one batch run at once (default %(default)s)")
+    p.add_argument("--batch", default=d.batch, choices=list(BATCH_MODES),
+                   help="how a tool batch is scheduled (see below; default %(default)s)")
     p.add_argument("--fault", action="append", default=[], metavar="NAME", help="switch on a known bug (see below)")
     p.add_argument("--model", default=d.model, help="model name sent to the LLM (default %(default)s)")
     p.add_argument("--auth-timeout", type=float, default=d.auth_timeout, metavar="S",
@@ -84,6 +88,7 @@ def settings_from_args(args: argparse.Namespace) -> KernelSettings:
         conn_backlog=args.conn_backlog,
         max_residents=args.max_residents,
         shutdown_grace=args.shutdown_grace,
+        batch=args.batch,
     )
 
 

@@ -258,8 +258,8 @@ class Kernel:
         except BaseException:
             await self.aclose()
             raise
-        log.info("listening on %s (pid %d, workers %d, queue %d, faults: %s)", self.s.socket, os.getpid(),
-                 self.s.workers, self.s.queue, ",".join(sorted(self.s.faults)) or "none")
+        log.info("listening on %s (pid %d, workers %d, queue %d, batch %s, faults: %s)", self.s.socket, os.getpid(),
+                 self.s.workers, self.s.queue, self.s.batch, ",".join(sorted(self.s.faults)) or "none")
         return self
 
     def _prepare_data_dir(self) -> None:
@@ -432,6 +432,7 @@ class Kernel:
             "workers": self.s.workers,
             "queue_capacity": self.s.queue,
             "faults": sorted(self.s.faults),
+            "batch": self.s.batch,
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started, 3),
         }

@@ -30,6 +30,15 @@ FAULTS: dict[str, str] = {
     "hide-error-frames": "ends a turn whose LLM request failed with an empty `response`, not an `error`",
 }
 
+# How a tool batch is scheduled: each is the contract of some real framework
+# (docs/refkernel.md, /work/shared/research/frameworks.md). Not faults.
+BATCH_MODES: dict[str, str] = {
+    "whole-batch": "one call, or any unsafe call: all serially in order; otherwise all at once",
+    "barrier": "an unsafe call waits for the calls before it, runs alone, then the rest go on",
+    "parallel": "every call of a batch at once, parallel-safe or not",
+    "serial": "one call at a time, always, in declared order",
+}
+
 MAX_FRAME = 1 << 20  # bytes of one JSON frame, newline excluded (protocol v1)
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
 
@@ -64,6 +73,7 @@ class KernelSettings:
     max_residents: int = 64
     shutdown_grace: float = 5.0
     system_prompt: str = "You are the kstress reference agent kernel. Use the tools you are asked to use."
+    batch: str = "whole-batch"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "socket", Path(self.socket))
@@ -120,6 +130,7 @@ class KernelSettings:
         _rule(isinstance(self.max_residents, int) and 0 <= self.max_residents <= 10_000, "max_residents", self.max_residents, "use 0 to 10000")
         _rule(_number(self.shutdown_grace) and 0 < self.shutdown_grace <= 600, "shutdown_grace", self.shutdown_grace, "use more than 0 and at most 600 seconds")
         _rule(isinstance(self.model, str) and bool(self.model), "model", self.model, "give a model name")
+        _rule(self.batch in BATCH_MODES, "batch", self.batch, f"use one of {', '.join(BATCH_MODES)}")
 
     def has(self, fault: str) -> bool:
         return fault in self.faults

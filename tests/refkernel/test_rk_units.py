@@ -13,7 +13,7 @@ from refkernel.llm import ToolCall, _Accumulator, _NaiveAccumulator
 from refkernel.procs import MediaWorker, Residents
 from refkernel.scheduler import Dedup
 from refkernel.settings import KernelSettings
-from refkernel.tools import MAX_OUTPUT, Toolbox
+from refkernel.tools import MAX_OUTPUT, Toolbox, schedule
 from rkhelpers import procs_in
 
 
@@ -165,7 +165,45 @@ async def test_resident_names_are_unique_and_bounded(toolbox):
 )
 async def test_batch_rule(toolbox, faults, names, serial):
     tb = await toolbox(*faults)
-    assert tb.serial([ToolCall(i, f"c{i}", n, "{}") for i, n in enumerate(names)]) is serial
+    steps = schedule([ToolCall(i, f"c{i}", n, "{}") for i, n in enumerate(names)], tb.mode)
+    assert steps == ([[i] for i in range(len(names))] if serial else [list(range(len(names)))])
+
+
+S, U = "cmd_run", "knowledge_create"  # parallel-safe, not parallel-safe
+
+
+@pytest.mark.parametrize(
+    "mode, names, steps",
+    [
+        ("whole-batch", [S, S, U, S], [[0], [1], [2], [3]]),
+        ("whole-batch", [S, S, S], [[0, 1, 2]]),
+        ("barrier", [S, S, U, S], [[0, 1], [2], [3]]),
+        ("barrier", [S, S, S, U], [[0, 1, 2], [3]]),
+        ("barrier", [U, U, S, S, U], [[0], [1], [2, 3], [4]]),
+        ("barrier", [S, "mystery", S], [[0], [1], [2]]),  # unknown = unsafe = a barrier
+        ("barrier", [S, S], [[0, 1]]),
+        ("parallel", [S, U, S, U], [[0, 1, 2, 3]]),
+        ("serial", [S, S, S], [[0], [1], [2]]),
+        ("parallel", [U], [[0]]),
+        ("barrier", [], []),
+    ],
+)
+def test_batch_modes_as_steps(mode, names, steps):
+    assert schedule([ToolCall(i, f"c{i}", n, "{}") for i, n in enumerate(names)], mode) == steps
+
+
+@pytest.mark.parametrize(
+    "batch, faults, mode",
+    [
+        ("barrier", (), "barrier"),
+        ("barrier", ("serial-tools",), "serial"),
+        ("parallel", ("serial-tools",), "serial"),
+        ("serial", ("always-parallel",), "parallel"),
+        ("whole-batch", ("serial-tools", "always-parallel"), "serial"),
+    ],
+)
+async def test_scheduling_faults_replace_the_mode(toolbox, batch, faults, mode):
+    assert (await toolbox(*faults, batch=batch)).mode == mode
 
 
 def test_dedup_window_and_capacity(monkeypatch):
