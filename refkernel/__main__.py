@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tool calls of one batch run at once (default %(default)s)")
     p.add_argument("--batch", default=d.batch, choices=list(BATCH_MODES),
                    help="how a tool batch is scheduled (see below; default %(default)s)")
+    p.add_argument("--terse", action="store_true",
+                   help="never forward the model's text: no text deltas, and a turn's response text is 'done'")
+    p.add_argument("--delay-ms", type=int, default=d.delay_ms, metavar="MS",
+                   help="sleep MS inside each turn before its first LLM request: known kernel overhead (default %(default)s)")
     p.add_argument("--fault", action="append", default=[], metavar="NAME", help="switch on a known bug (see below)")
     p.add_argument("--model", default=d.model, help="model name sent to the LLM (default %(default)s)")
     p.add_argument("--auth-timeout", type=float, default=d.auth_timeout, metavar="S",
@@ -89,6 +93,8 @@ def settings_from_args(args: argparse.Namespace) -> KernelSettings:
         max_residents=args.max_residents,
         shutdown_grace=args.shutdown_grace,
         batch=args.batch,
+        terse=args.terse,
+        delay_ms=args.delay_ms,
     )
 
 

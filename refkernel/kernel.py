@@ -33,6 +33,7 @@ log = logging.getLogger("refkernel")
 
 PROTOCOL_VERSION = 1
 LISTEN_BACKLOG = 4096
+TERSE_TEXT = "done"
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -433,6 +434,7 @@ class Kernel:
             "queue_capacity": self.s.queue,
             "faults": sorted(self.s.faults),
             "batch": self.s.batch,
+            "terse": self.s.terse,
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started, 3),
         }
@@ -484,7 +486,7 @@ class Kernel:
             conn.error(job.id, "internal", f"the kernel failed on this input: {exc!r}")
         else:
             self.counters["executed"] += 1
-            conn.send({"type": "response", "id": job.id, "text": text})
+            conn.send({"type": "response", "id": job.id, "text": TERSE_TEXT if self.s.terse else text})
         finally:
             conn.job_done(job)
 
@@ -496,7 +498,8 @@ class Kernel:
         messages.append({"role": "user", "content": job.text})
 
         def on_delta(text: str) -> None:
-            conn.send({"type": "delta", "id": job.id, "text": text})
+            if not self.s.terse:  # a terse kernel words its answer itself: the model's text stays inside
+                conn.send({"type": "delta", "id": job.id, "text": text})
 
         def on_start(call: ToolCall) -> None:
             conn.send({"type": "tool", "id": job.id, "call_id": call.id, "name": call.name, "phase": "start"})
@@ -504,6 +507,10 @@ class Kernel:
         def on_end(res: Result) -> None:
             conn.send({"type": "tool", "id": job.id, "call_id": res.call.id, "name": res.call.name, "phase": "end", "ok": res.ok})
 
+        if self.s.delay_ms:
+            # The kernel's own overhead, made known (--delay-ms): in the turn,
+            # before any LLM request, not in the LLM client or a tool.
+            await asyncio.sleep(self.s.delay_ms / 1000)
         for _ in range(self.s.max_steps):
             await self.sched.checkpoint(job)
             reply = await self.llm.chat(messages, SCHEMAS, on_delta)

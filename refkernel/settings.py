@@ -74,6 +74,8 @@ class KernelSettings:
     shutdown_grace: float = 5.0
     system_prompt: str = "You are the kstress reference agent kernel. Use the tools you are asked to use."
     batch: str = "whole-batch"
+    terse: bool = False
+    delay_ms: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "socket", Path(self.socket))
@@ -131,6 +133,13 @@ class KernelSettings:
         _rule(_number(self.shutdown_grace) and 0 < self.shutdown_grace <= 600, "shutdown_grace", self.shutdown_grace, "use more than 0 and at most 600 seconds")
         _rule(isinstance(self.model, str) and bool(self.model), "model", self.model, "give a model name")
         _rule(self.batch in BATCH_MODES, "batch", self.batch, f"use one of {', '.join(BATCH_MODES)}")
+        _rule(isinstance(self.terse, bool), "terse", self.terse, "use True or False")
+        _rule(
+            isinstance(self.delay_ms, int) and not isinstance(self.delay_ms, bool) and 0 <= self.delay_ms <= 600_000,
+            "delay_ms",
+            self.delay_ms,
+            "use 0 (off) to 600000 milliseconds",
+        )
 
     def has(self, fault: str) -> bool:
         return fault in self.faults
