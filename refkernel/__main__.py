@@ -24,15 +24,21 @@ def build_parser() -> argparse.ArgumentParser:
     d = KernelSettings  # defaults live on the settings class, once
     p = argparse.ArgumentParser(
         prog="refkernel",
-        description="The kstress reference agent kernel: serves protocol v1 on a unix socket, "
+        description="The kstress reference agent kernel: serves protocol v1 on a unix socket, TCP or a WebSocket, "
         "calls an OpenAI-compatible LLM and runs its tool calls.",
         epilog="batch modes (--batch MODE):\n"
         + "\n".join(f"  {name:<20} {what}" for name, what in BATCH_MODES.items())
         + "\n\nfaults (--fault NAME, repeatable or comma-separated; serial-tools and always-parallel replace --batch):\n"
-        + "\n".join(f"  {name:<20} {what}" for name, what in FAULTS.items()),
+        + "\n".join(f"  {name:<20} {what}" for name, what in FAULTS.items())
+        + "\n\nready line on stdout: 'refkernel listening on PATH' (unix), 'on tcp:HOST:PORT', 'on ws://HOST:PORT/PATH'"
+        " (the real port when 0 was asked for)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--socket", required=True, type=Path, help="unix socket path to listen on (created 0600)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", type=Path, metavar="PATH", help="unix socket path to listen on (created 0600); "
+                       "the same as --listen unix:PATH")
+    where.add_argument("--listen", metavar="ADDR", help="unix:PATH, tcp:HOST:PORT or ws:HOST:PORT[/PATH] "
+                       "(protocol v1 over TCP, or over a WebSocket at PATH, default /); port 0 picks a free one")
     p.add_argument("--llm-url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:PORT/v1")
     p.add_argument("--data-dir", required=True, type=Path, help="working directory of cmd_run and knowledge_create")
     p.add_argument("--token", default=os.environ.get("REFKERNEL_TOKEN"),
@@ -75,6 +81,7 @@ def settings_from_args(args: argparse.Namespace) -> KernelSettings:
     faults = frozenset(f.strip() for item in args.fault for f in item.split(",") if f.strip())
     return KernelSettings(
         socket=args.socket,
+        listen=args.listen,
         llm_url=args.llm_url,
         data_dir=args.data_dir,
         token=args.token or None,
@@ -113,11 +120,11 @@ async def serve(settings: KernelSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with Kernel(settings):
+        async with Kernel(settings) as kernel:
             try:
-                print(f"refkernel listening on {settings.socket}", flush=True)
+                print(f"refkernel listening on {kernel.address}", flush=True)
             except OSError:
-                pass  # nobody reads our stdout: the socket is the interface anyway
+                pass  # nobody reads our stdout: the listener is the interface anyway
             await stop.wait()
             log.info("signal received: shutting down")
     finally:

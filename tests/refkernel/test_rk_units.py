@@ -238,3 +238,38 @@ def test_refkernel_imports_only_stdlib_aiohttp_psutil():
                "aiohappyeyeballs", "idna", "typing_extensions", "async_timeout", "sitecustomize", "usercustomize",
                "cython_runtime"}  # cython_runtime: aiohttp's compiled speedups
     assert third_party <= allowed, third_party - allowed
+
+
+@pytest.mark.parametrize(
+    "spec, scheme, host, port, path, ready",
+    [
+        ("tcp:127.0.0.1:0", "tcp", "127.0.0.1", 0, "/", "tcp:127.0.0.1:0"),
+        ("tcp:[::1]:8765", "tcp", "::1", 8765, "/", "tcp:[::1]:8765"),
+        ("ws:127.0.0.1:8765/kernel", "ws", "127.0.0.1", 8765, "/kernel", "ws://127.0.0.1:8765/kernel"),
+        ("ws:localhost:0", "ws", "localhost", 0, "/", "ws://localhost:0/"),
+        ("unix:/tmp/rk/k.sock", "unix", "", 0, "/", "/tmp/rk/k.sock"),
+    ],
+)
+def test_listen_forms(spec, scheme, host, port, path, ready):
+    from refkernel.settings import Listen
+
+    ln = Listen.parse(spec)
+    assert (ln.scheme, ln.host, ln.port, ln.url_path, ln.ready_name) == (scheme, host, port, path, ready)
+    assert Listen.parse(str(ln)) == ln
+
+
+def test_socket_is_listen_unix_and_exactly_one_is_given(tmp_path):
+    from refkernel import ConfigError
+    from refkernel.settings import Listen
+
+    kw = dict(llm_url="http://127.0.0.1:9/v1", data_dir=tmp_path)
+    a = KernelSettings(socket=tmp_path / "k.sock", **kw)
+    b = KernelSettings(listen=f"unix:{tmp_path / 'k.sock'}", **kw)
+    assert a.listen == b.listen == Listen("unix", path=tmp_path / "k.sock") and a.socket == b.socket
+    assert KernelSettings(listen="tcp:127.0.0.1:0", **kw).socket is None
+    with pytest.raises(ConfigError, match="not both"):
+        KernelSettings(socket=tmp_path / "k.sock", listen="tcp:127.0.0.1:0", **kw)
+    with pytest.raises(ConfigError, match="not neither"):
+        KernelSettings(**kw)
+    with pytest.raises(ConfigError, match="data_dir"):
+        KernelSettings(listen="tcp:127.0.0.1:0", llm_url="http://127.0.0.1:9/v1")
