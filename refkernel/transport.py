@@ -35,7 +35,7 @@ from .settings import MAX_FRAME, Listen
 log = logging.getLogger("refkernel")
 
 LISTEN_BACKLOG = 4096
-WS_CLOSE_TIMEOUT = 2.0  # how long a WebSocket close waits for the client's close frame
+WS_CLOSE_TIMEOUT = 2.0  # a WebSocket close (flushing what is queued, the close handshake) takes at most this
 
 
 class Closed(Exception):
@@ -259,7 +259,9 @@ class WsChannel(Channel):
         self._wake = asyncio.Event()
         self._closing = False
         self._close_code = WSCloseCode.OK
+        self._give_up: asyncio.TimerHandle | None = None
         self._pump = asyncio.ensure_future(self._run_pump())
+        self._pump.add_done_callback(self._pump_done)
 
     async def read(self) -> bytes:
         msg = await self.ws.receive()
@@ -285,14 +287,23 @@ class WsChannel(Channel):
         return self._closing or self.transport is None or self.transport.is_closing()
 
     def close(self) -> None:
-        self._closing = True
-        self._wake.set()
+        if not self._closing:
+            self._closing = True
+            self._wake.set()
+            # Flushing to a client that does not read, or one that never answers
+            # the close frame, would wait forever inside aiohttp: past the bound
+            # the close becomes an abort.
+            self._give_up = asyncio.get_running_loop().call_later(WS_CLOSE_TIMEOUT, self.abort)
 
     def abort(self) -> None:
         self._closing = True
         self._pump.cancel()
         if self.transport is not None:
             self.transport.abort()
+
+    def _pump_done(self, _: asyncio.Future) -> None:
+        if self._give_up is not None:
+            self._give_up.cancel()
 
     async def drained(self) -> None:
         try:

@@ -13,6 +13,7 @@ import re
 import signal
 import socket
 import tempfile
+import time
 from pathlib import Path
 
 import aiohttp
@@ -154,6 +155,9 @@ async def test_sigterm_ends_the_turn_closes_and_stops_listening(rk, transport):
     assert turn.error_code == "shutdown", turn.frames
     await conn.closed()
     await idle.closed()
+    for c in (conn, idle):
+        if isinstance(c, WsKernelConn):
+            assert c.close_code == aiohttp.WSCloseCode.OK  # a close frame, not a dropped socket
     assert await asyncio.wait_for(k.proc.wait(), 15) == 0, k.stderr()
     if k.socket is not None:
         assert not k.socket.exists()
@@ -281,3 +285,42 @@ async def test_a_port_in_use_is_refused(rk, tmp_path):
         assert rc == 2, out
         assert f"listen={listen if listen.startswith('tcp') else listen + '/'!r}: cannot listen there" in out, out
     assert (await (await k.connect()).turn(text_for(None)[0])).kind == "response"  # the live one is untouched
+
+
+async def test_ws_close_to_a_client_that_stopped_reading_is_bounded(rk):
+    # Replies pile up unread -- more than the sockets hold, less than
+    # --max-write-buffer (so not a slow-reader drop) -- then a too-large frame
+    # makes the kernel close: flushing can never finish, so after
+    # WS_CLOSE_TIMEOUT the close becomes an abort.
+    k = await _kernel(rk, "ws", "--max-write-buffer", str(256 << 20))
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    try:
+        host, port = k.address.removeprefix("ws://").split("/", 1)[0].split(":")
+        await loop.sock_connect(sock, (host, int(port)))
+        key = base64.b64encode(os.urandom(16)).decode()
+        await loop.sock_sendall(sock, (
+            f"GET /kernel HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += await asyncio.wait_for(loop.sock_recv(sock, 4096), 10)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        flood = _ws_frame(b'{"type":"auth","token":"tok"}') + _ws_frame(b'{"type":"stats"}') * 20000
+        # the header of a text frame one byte over the limit: refused before its payload is read
+        too_large = bytes([0x81, 0x80 | 127]) + (MIB + 1).to_bytes(8, "big") + os.urandom(4)
+        await asyncio.wait_for(loop.sock_sendall(sock, flood + too_large), 30)
+        other = await k.connect()
+
+        async def gone() -> bool:
+            return (await other.stats())["connections"] == 1
+
+        t0 = time.monotonic()
+        await await_until(gone, 15, "the kernel to give up closing the non-reading client")
+        assert time.monotonic() - t0 < 2.0 + 3.0
+        s = await other.stats()
+        assert (s["slow_readers"], s["bad_frames"]) == (0, 1), s
+    finally:
+        sock.close()
