@@ -150,18 +150,30 @@ class Toolbox:
     async def cmd_run(self, args: dict[str, Any]) -> str:
         command = _str_arg(args, "command")
         self.cmd_running += 1
+        spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            command,
+            cwd=self.s.data_dir,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=procs.preexec(True),
+        ))
         try:
-            proc = await asyncio.create_subprocess_exec(
-                "/bin/sh",
-                "-c",
-                command,
-                cwd=self.s.data_dir,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=procs.preexec(True),
-            )
+            proc = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # Cancelled mid-spawn (the client left, shutdown): the child may
+            # exist already, and asyncio's own cleanup would SIGKILL the shell
+            # alone, not what it has forked. Let the spawn finish, stop the group.
+            try:
+                await procs.stop_process(await spawn, 0.5)
+            except OSError:
+                pass  # it never started
+            finally:
+                self.cmd_running -= 1
+            raise
         except OSError as exc:
             self.cmd_running -= 1
             raise ToolFailed(f"cannot start /bin/sh: {exc}") from None

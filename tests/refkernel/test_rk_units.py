@@ -3,6 +3,7 @@ process): the stream accumulators, the tools' limits, the batch rule, dedup."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from refkernel.scheduler import Dedup
 from refkernel.settings import KernelSettings
 from refkernel.tools import MAX_OUTPUT, Toolbox, schedule
 from rkhelpers import procs_in
+from waiting import await_until
 
 
 def frag(index=None, id_=None, name=None, args=None):
@@ -98,6 +100,32 @@ async def test_cmd_run_output_status_and_error_convention(toolbox):
     assert looks_bad.ok and looks_bad.content.startswith("output:\n")
     big = await tb.run(call("cmd_run", command="head -c 300000 /dev/zero | tr '\\0' a"))
     assert big.ok and big.content.count("a") == MAX_OUTPUT and "bytes of output dropped" in big.content
+
+
+async def test_cmd_run_cancelled_while_spawning_leaves_nothing(toolbox, tmp_path, monkeypatch):
+    # A turn cancelled (client gone, shutdown) while its shell is being spawned:
+    # the child exists already, but create_subprocess_exec has not returned it.
+    # A loop slow to finish the spawn makes that window wide enough to hit.
+    real = asyncio.create_subprocess_exec
+    spawned = asyncio.Event()
+
+    async def slow_spawn(*args, **kw):
+        proc = await real(*args, **kw)
+        spawned.set()
+        await asyncio.sleep(0.5)
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_spawn)
+    tb = await toolbox()
+    data = tmp_path / "data"
+    task = asyncio.ensure_future(tb.run(call("cmd_run", command="sleep 30 & sleep 30")))
+    await asyncio.wait_for(spawned.wait(), 10)
+    await await_until(lambda: len(procs_in(data)) >= 2, 10, "the shell and what it forked")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await await_until(lambda: procs_in(data) == [], 5, "the spawned group to be gone")
+    assert tb.cmd_running == 0
 
 
 async def test_cmd_run_timeout_kills_the_whole_group(toolbox, tmp_path):
