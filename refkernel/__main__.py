@@ -15,7 +15,7 @@ from pathlib import Path
 from . import __version__, procs
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RefkernelError
 from .kernel import Kernel
-from .settings import FAULTS, KernelSettings
+from .settings import BATCH_MODES, FAULTS, KernelSettings
 
 log = logging.getLogger("refkernel")
 
@@ -24,13 +24,21 @@ def build_parser() -> argparse.ArgumentParser:
     d = KernelSettings  # defaults live on the settings class, once
     p = argparse.ArgumentParser(
         prog="refkernel",
-        description="The kstress reference agent kernel: serves protocol v1 on a unix socket, "
+        description="The kstress reference agent kernel: serves protocol v1 on a unix socket, TCP or a WebSocket, "
         "calls an OpenAI-compatible LLM and runs its tool calls.",
-        epilog="faults (--fault NAME, repeatable or comma-separated):\n"
-        + "\n".join(f"  {name:<20} {what}" for name, what in FAULTS.items()),
+        epilog="batch modes (--batch MODE):\n"
+        + "\n".join(f"  {name:<20} {what}" for name, what in BATCH_MODES.items())
+        + "\n\nfaults (--fault NAME, repeatable or comma-separated; serial-tools and always-parallel replace --batch):\n"
+        + "\n".join(f"  {name:<20} {what}" for name, what in FAULTS.items())
+        + "\n\nready line on stdout: 'refkernel listening on PATH' (unix), 'on tcp:HOST:PORT', 'on ws://HOST:PORT/PATH'"
+        " (the real port when 0 was asked for)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--socket", required=True, type=Path, help="unix socket path to listen on (created 0600)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", type=Path, metavar="PATH", help="unix socket path to listen on (created 0600); "
+                       "the same as --listen unix:PATH")
+    where.add_argument("--listen", metavar="ADDR", help="unix:PATH, tcp:HOST:PORT or ws:HOST:PORT[/PATH] "
+                       "(protocol v1 over TCP, or over a WebSocket at PATH, default /); port 0 picks a free one")
     p.add_argument("--llm-url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:PORT/v1")
     p.add_argument("--data-dir", required=True, type=Path, help="working directory of cmd_run and knowledge_create")
     p.add_argument("--token", default=os.environ.get("REFKERNEL_TOKEN"),
@@ -43,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="max wait for the LLM's first byte and between stream chunks (default %(default)s)")
     p.add_argument("--max-parallel-tools", type=int, default=d.max_parallel_tools, metavar="P",
                    help="tool calls of one batch run at once (default %(default)s)")
+    p.add_argument("--batch", default=d.batch, choices=list(BATCH_MODES),
+                   help="how a tool batch is scheduled (see below; default %(default)s)")
+    p.add_argument("--terse", action="store_true",
+                   help="never forward the model's text: no text deltas, and a turn's response text is 'done'")
+    p.add_argument("--delay-ms", type=int, default=d.delay_ms, metavar="MS",
+                   help="sleep MS inside each turn before its first LLM request: known kernel overhead (default %(default)s)")
     p.add_argument("--fault", action="append", default=[], metavar="NAME", help="switch on a known bug (see below)")
     p.add_argument("--model", default=d.model, help="model name sent to the LLM (default %(default)s)")
     p.add_argument("--auth-timeout", type=float, default=d.auth_timeout, metavar="S",
@@ -67,6 +81,7 @@ def settings_from_args(args: argparse.Namespace) -> KernelSettings:
     faults = frozenset(f.strip() for item in args.fault for f in item.split(",") if f.strip())
     return KernelSettings(
         socket=args.socket,
+        listen=args.listen,
         llm_url=args.llm_url,
         data_dir=args.data_dir,
         token=args.token or None,
@@ -84,6 +99,9 @@ def settings_from_args(args: argparse.Namespace) -> KernelSettings:
         conn_backlog=args.conn_backlog,
         max_residents=args.max_residents,
         shutdown_grace=args.shutdown_grace,
+        batch=args.batch,
+        terse=args.terse,
+        delay_ms=args.delay_ms,
     )
 
 
@@ -102,11 +120,11 @@ async def serve(settings: KernelSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with Kernel(settings):
+        async with Kernel(settings) as kernel:
             try:
-                print(f"refkernel listening on {settings.socket}", flush=True)
+                print(f"refkernel listening on {kernel.address}", flush=True)
             except OSError:
-                pass  # nobody reads our stdout: the socket is the interface anyway
+                pass  # nobody reads our stdout: the listener is the interface anyway
             await stop.wait()
             log.info("signal received: shutting down")
     finally:

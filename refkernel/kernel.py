@@ -1,38 +1,37 @@
-"""The kernel: its socket server, connections, turns, and lifecycle.
+"""The kernel: its connections, turns, and lifecycle.
 
-``Kernel`` is an async context manager: ``start()`` binds the socket and is
+``Kernel`` is an async context manager: ``start()`` binds the listener and is
 ready to serve when it returns; ``aclose()`` is the graceful shutdown (stop
 accepting, end running turns with an ``error`` frame, kill resident children
 and the media worker, remove the socket file), idempotent and bounded by
 ``shutdown_grace``. No signal handlers here: that is ``__main__``'s business.
+How frames travel (unix, tcp, ws) is ``transport``'s; a ``Connection`` is the
+same protocol over any of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import errno
 import hmac
 import json
 import logging
 import os
-import socket
-import stat
 import time
 from typing import Any
 
 from . import procs
-from .errors import ConfigError, LLMError, SocketInUse, TurnError
+from .errors import ConfigError, LLMError, TurnError
 from .llm import LLMClient, ToolCall
 from .scheduler import Busy, Dedup, Job, Scheduler
 from .settings import MAX_FRAME, KernelSettings
 from .tools import SCHEMAS, Result, Toolbox
+from .transport import Channel, Closed, FrameTooLarge, NotAFrame, listener_for
 
 log = logging.getLogger("refkernel")
 
 PROTOCOL_VERSION = 1
-LISTEN_BACKLOG = 4096
+TERSE_TEXT = "done"
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -45,16 +44,14 @@ def _valid_id(v: Any) -> bool:
 
 
 class Connection:
-    """One client. Frames go out through the transport's own buffer; when
-    that holds more than ``max_write_buffer`` bytes the client is not reading
-    and is dropped, so a stalled reader costs bounded memory."""
+    """One client, over any transport. Frames go out through the channel's
+    buffer; when that holds more than ``max_write_buffer`` bytes the client is
+    not reading and is dropped, so a stalled reader costs bounded memory."""
 
-    def __init__(self, kernel: "Kernel", reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+    def __init__(self, kernel: "Kernel", channel: Channel, n: int) -> None:
         self.k = kernel
         self.n = n
-        self.reader = reader
-        self.writer = writer
-        self.transport = writer.transport
+        self.ch = channel
         self.authed = False
         self.closed = False
         self.current: Job | None = None  # the normal input this connection has in the scheduler
@@ -64,12 +61,12 @@ class Connection:
     # --- output -----------------------------------------------------------------
 
     def send(self, frame: dict[str, Any]) -> bool:
-        if self.closed or self.transport.is_closing():
+        if self.closed or self.ch.is_closing():
             return False
         # backslashreplace: a lone surrogate a client sent (legal in JSON text,
         # not in UTF-8) goes back as the JSON escape it came in as.
-        self.transport.write(_encode(frame).encode("utf-8", "backslashreplace") + b"\n")
-        if self.transport.get_write_buffer_size() > self.k.s.max_write_buffer:
+        self.ch.write(_encode(frame).encode("utf-8", "backslashreplace"))
+        if self.ch.unsent() > self.k.s.max_write_buffer:
             self.k.counters["slow_readers"] += 1
             log.warning("connection %d is not reading (> %d bytes unsent): dropped", self.n, self.k.s.max_write_buffer)
             self.close(abort=True)
@@ -96,18 +93,18 @@ class Connection:
                     job.cancel_reason = job.cancel_reason or "disconnect"
                     job.task.cancel()
         if abort:
-            self.transport.abort()
+            self.ch.abort()
         else:
-            self.transport.close()  # sends what is buffered first
+            self.ch.close()  # sends what is buffered first
 
     # --- input ------------------------------------------------------------------
 
-    def _parse(self, line: bytes) -> dict[str, Any] | None:
+    def _parse(self, data: bytes) -> dict[str, Any] | None:
         try:
-            frame = json.loads(line)
+            frame = json.loads(data)
         except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested too deep
             self.k.counters["bad_frames"] += 1
-            self.error(None, "bad_json", f"the frame is not valid UTF-8 JSON ({exc}); send one JSON object per line")
+            self.error(None, "bad_json", f"the frame is not valid UTF-8 JSON ({exc}); send one JSON object per line (per text message on a WebSocket)")
             return None
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             self.k.counters["bad_frames"] += 1
@@ -115,35 +112,41 @@ class Connection:
             return None
         return frame
 
+    async def _read(self) -> dict[str, Any] | None:
+        """The next frame; None when it was bad (and has been answered)."""
+        try:
+            data = await self.ch.read()
+        except NotAFrame as exc:
+            self.k.counters["bad_frames"] += 1
+            self.error(None, "bad_frame", str(exc))
+            return None
+        return self._parse(data)
+
     async def serve(self) -> None:
         try:
             try:
                 async with asyncio.timeout(self.k.s.auth_timeout):
-                    line = await self.reader.readuntil(b"\n")
+                    first = await self._read()
             except TimeoutError:
                 self.k.counters["auth_timeouts"] += 1
                 self.error(None, "auth_timeout", f"no auth frame within {self.k.s.auth_timeout:g} s (--auth-timeout); "
                            'send {"type":"auth","token":T} first')
                 return
-            if not self._auth(line):
+            if first is None or not self._auth(first):
                 return
             while True:
-                line = await self.reader.readuntil(b"\n")
-                frame = self._parse(line)
+                frame = await self._read()
                 if frame is not None:
                     self._dispatch(frame)
-        except asyncio.LimitOverrunError:
+        except FrameTooLarge:
             self.k.counters["bad_frames"] += 1
             self.error(None, "too_large", f"a frame is longer than {MAX_FRAME} bytes (the protocol limit); connection closed")
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away (a partial last line is ignored)
+        except Closed:
+            pass  # the client went away
         finally:
             self.close()
 
-    def _auth(self, line: bytes) -> bool:
-        frame = self._parse(line)
-        if frame is None:
-            return False
+    def _auth(self, frame: dict[str, Any]) -> bool:
         if frame["type"] != "auth":
             self.k.counters["auth_failures"] += 1
             self.error(frame.get("id"), "auth_required", f'the first frame must be {{"type":"auth","token":T}}, got type {frame["type"]!r}; connection closed')
@@ -232,8 +235,7 @@ class Kernel:
         self.tools = Toolbox(settings, self.residents, self.media, self.broadcast)
         self.conns: set[Connection] = set()
         self._handlers: set[asyncio.Task] = set()
-        self._server: asyncio.AbstractServer | None = None
-        self._socket_ino: tuple[int, int] | None = None
+        self.listener = listener_for(settings.listen, min(1.0, settings.shutdown_grace / 4))  # type: ignore[arg-type]
         self._conn_seq = 0
         self.stopping = False
         self._closing: asyncio.Task | None = None
@@ -248,85 +250,33 @@ class Kernel:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    @property
+    def address(self) -> str:
+        """Where it listens, as the ready line names it (the real port, once bound)."""
+        return self.listener.bound.ready_name
+
     async def start(self) -> "Kernel":
         try:
             self._prepare_data_dir()
-            self._prepare_socket_path()
+            self.listener.prepare()
             await self.llm.start()
             self.sched.start()
-            await self._bind()
+            await self.listener.start(self._handle)
         except BaseException:
             await self.aclose()
             raise
-        log.info("listening on %s (pid %d, workers %d, queue %d, faults: %s)", self.s.socket, os.getpid(),
-                 self.s.workers, self.s.queue, ",".join(sorted(self.s.faults)) or "none")
+        log.info("listening on %s (pid %d, workers %d, queue %d, batch %s, faults: %s)", self.address, os.getpid(),
+                 self.s.workers, self.s.queue, self.s.batch, ",".join(sorted(self.s.faults)) or "none")
         return self
 
     def _prepare_data_dir(self) -> None:
+        assert self.s.data_dir is not None
         try:
             self.s.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"data_dir={str(self.s.data_dir)!r} cannot be created ({exc.strerror}); pass a writable directory") from None
         if not os.access(self.s.data_dir, os.W_OK | os.X_OK):
             raise ConfigError(f"data_dir={str(self.s.data_dir)!r} is not writable; pass a writable directory")
-
-    def _prepare_socket_path(self) -> None:
-        path = self.s.socket
-        parent = path.parent
-        if not parent.exists():
-            # Created private; an existing directory is used as it is, never widened.
-            try:
-                parent.mkdir(mode=0o700, parents=True)
-            except OSError as exc:
-                raise ConfigError(f"socket={str(path)!r}: cannot create its directory ({exc.strerror})") from None
-        try:
-            st = path.lstat()
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(st.st_mode):
-            raise ConfigError(f"socket={str(path)!r} exists and is not a socket; remove it or pick another --socket path")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except (ConnectionRefusedError, FileNotFoundError):
-            log.info("replacing stale socket %s (nobody listens on it)", path)
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            return
-        except (BlockingIOError, socket.timeout):
-            pass  # a full listen backlog: someone is very much alive there
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN,):
-                raise ConfigError(f"socket={str(path)!r}: cannot check whether it is in use ({exc.strerror})") from None
-        finally:
-            probe.close()
-        raise SocketInUse(f"socket={str(path)!r} is in use by a live kernel; stop it first or pick another --socket path")
-
-    async def _bind(self) -> None:
-        # umask while binding: the socket file is 0600 from its first instant.
-        old = os.umask(0o177)
-        try:
-            self._server = await asyncio.start_unix_server(
-                self._handle, path=str(self.s.socket), limit=MAX_FRAME, backlog=LISTEN_BACKLOG
-            )
-        except OSError as exc:
-            raise ConfigError(f"socket={str(self.s.socket)!r}: cannot listen there ({exc.strerror})") from None
-        finally:
-            os.umask(old)
-        os.chmod(self.s.socket, 0o600)
-        st = self.s.socket.stat()
-        self._socket_ino = (st.st_dev, st.st_ino)
-
-    def _remove_socket(self) -> None:
-        # Only our own: a successor may already have bound the same path.
-        if self._socket_ino is None:
-            return
-        with contextlib.suppress(OSError):
-            st = self.s.socket.lstat()
-            if (st.st_dev, st.st_ino) == self._socket_ino:
-                self.s.socket.unlink()
-        self._socket_ino = None
 
     async def aclose(self) -> None:
         if self._closing is None:
@@ -346,15 +296,13 @@ class Kernel:
             self.media.kill_now()
             for conn in list(self.conns):
                 conn.close(abort=True)
-            self._remove_socket()
+            await self.listener.aclose()
             await self.llm.aclose()
         log.info("stopped in %.2f s", time.monotonic() - t0)
 
     async def _graceful(self) -> None:
         grace = self.s.shutdown_grace
-        if self._server is not None:
-            self._server.close()
-        self._remove_socket()
+        await self.listener.stop_accepting()  # and the unix socket file is gone
         for job in self.sched.drain():
             job.conn.error(job.id, "shutdown", "the kernel is shutting down; the input was not run")
             job.conn.active.discard(job)
@@ -378,12 +326,12 @@ class Kernel:
 
     # --- connections ------------------------------------------------------------
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, channel: Channel) -> None:
         self._conn_seq += 1
-        conn = Connection(self, reader, writer, self._conn_seq)
         if self.stopping:
-            writer.transport.abort()
+            channel.abort()
             return
+        conn = Connection(self, channel, self._conn_seq)
         self.conns.add(conn)
         self.counters["connections_total"] += 1
         task = asyncio.current_task()
@@ -391,6 +339,7 @@ class Kernel:
             self._handlers.add(task)
         try:
             await conn.serve()
+            await channel.drained()
         finally:
             self.conns.discard(conn)
             if task is not None:
@@ -432,6 +381,8 @@ class Kernel:
             "workers": self.s.workers,
             "queue_capacity": self.s.queue,
             "faults": sorted(self.s.faults),
+            "batch": self.s.batch,
+            "terse": self.s.terse,
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started, 3),
         }
@@ -483,7 +434,7 @@ class Kernel:
             conn.error(job.id, "internal", f"the kernel failed on this input: {exc!r}")
         else:
             self.counters["executed"] += 1
-            conn.send({"type": "response", "id": job.id, "text": text})
+            conn.send({"type": "response", "id": job.id, "text": TERSE_TEXT if self.s.terse else text})
         finally:
             conn.job_done(job)
 
@@ -495,7 +446,8 @@ class Kernel:
         messages.append({"role": "user", "content": job.text})
 
         def on_delta(text: str) -> None:
-            conn.send({"type": "delta", "id": job.id, "text": text})
+            if not self.s.terse:  # a terse kernel words its answer itself: the model's text stays inside
+                conn.send({"type": "delta", "id": job.id, "text": text})
 
         def on_start(call: ToolCall) -> None:
             conn.send({"type": "tool", "id": job.id, "call_id": call.id, "name": call.name, "phase": "start"})
@@ -503,6 +455,10 @@ class Kernel:
         def on_end(res: Result) -> None:
             conn.send({"type": "tool", "id": job.id, "call_id": res.call.id, "name": res.call.name, "phase": "end", "ok": res.ok})
 
+        if self.s.delay_ms:
+            # The kernel's own overhead, made known (--delay-ms): in the turn,
+            # before any LLM request, not in the LLM client or a tool.
+            await asyncio.sleep(self.s.delay_ms / 1000)
         for _ in range(self.s.max_steps):
             await self.sched.checkpoint(job)
             reply = await self.llm.chat(messages, SCHEMAS, on_delta)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,21 @@ FAULTS: dict[str, str] = {
     "hide-error-frames": "ends a turn whose LLM request failed with an empty `response`, not an `error`",
 }
 
+# How a tool batch is scheduled: each is the contract of some real framework
+# (docs/refkernel.md, /work/shared/research/frameworks.md). Not faults.
+BATCH_MODES: dict[str, str] = {
+    "whole-batch": "one call, or any unsafe call: all serially in order; otherwise all at once",
+    "barrier": "an unsafe call waits for the calls before it, runs alone, then the rest go on",
+    "parallel": "every call of a batch at once, parallel-safe or not",
+    "serial": "one call at a time, always, in declared order",
+}
+
 MAX_FRAME = 1 << 20  # bytes of one JSON frame, newline excluded (protocol v1)
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
+
+
+_HOST_PORT = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:/\[\]]+)):(?P<port>\d{1,5})(?P<path>/\S*)?")
+_LISTEN_FORMS = "unix:PATH, tcp:HOST:PORT or ws:HOST:PORT[/PATH] (e.g. tcp:127.0.0.1:0, ws:127.0.0.1:8765/kernel)"
 
 
 def _rule(ok: bool, name: str, value: Any, want: str) -> None:
@@ -43,11 +57,77 @@ def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _socket_path_rule(name: str, path: Path) -> None:
+    sock = os.fsencode(path)
+    _rule(
+        0 < len(sock) <= SOCKET_PATH_MAX,
+        name,
+        str(path),
+        f"a unix socket path is at most {SOCKET_PATH_MAX} bytes (this one is {len(sock)}); "
+        "use a shorter directory such as /tmp/rk",
+    )
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where the kernel listens. ``parse`` reads the ``--listen`` forms;
+    ``str()`` gives them back; ``ready_name`` is what the ready line says."""
+
+    scheme: str  # unix | tcp | ws
+    path: Path | None = None  # unix
+    host: str = ""  # tcp, ws (an IPv6 address without its brackets)
+    port: int = 0  # tcp, ws; 0 = pick a free one
+    url_path: str = "/"  # ws
+
+    @classmethod
+    def parse(cls, spec: str, name: str = "listen") -> "Listen":
+        scheme, sep, rest = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+        _rule(bool(sep) and scheme in ("unix", "tcp", "ws") and bool(rest), name, spec, f"use {_LISTEN_FORMS}")
+        if scheme == "unix":
+            path = Path(rest)
+            _socket_path_rule(name, path)
+            return cls("unix", path=path)
+        m = _HOST_PORT.fullmatch(rest)
+        _rule(m is not None, name, spec, f"use {_LISTEN_FORMS}")
+        assert m is not None
+        port = int(m["port"])
+        _rule(port <= 65535, name, spec, "the port is 0 (pick a free one) to 65535")
+        host = m["v6"] or m["host"]
+        if scheme == "tcp":
+            _rule(m["path"] is None, name, spec, "tcp:HOST:PORT takes no path; a path is for ws:HOST:PORT/PATH")
+            return cls("tcp", host=host, port=port)
+        return cls("ws", host=host, port=port, url_path=m["path"] or "/")
+
+    def with_port(self, port: int) -> "Listen":
+        return Listen(self.scheme, self.path, self.host, port, self.url_path)
+
+    @property
+    def _hostport(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        if self.scheme == "unix":
+            return f"unix:{self.path}"
+        return f"{self.scheme}:{self._hostport}" + (self.url_path if self.scheme == "ws" else "")
+
+    @property
+    def ready_name(self) -> str:
+        """``PATH`` (as the unix ready line always was), ``tcp:HOST:PORT``, ``ws://HOST:PORT/PATH``."""
+        if self.scheme == "unix":
+            return str(self.path)
+        if self.scheme == "tcp":
+            return f"tcp:{self._hostport}"
+        return f"ws://{self._hostport}{self.url_path}"
+
+
 @dataclass(frozen=True)
 class KernelSettings:
-    socket: Path
-    llm_url: str
-    data_dir: Path
+    # socket=PATH is listen=unix:PATH; exactly one of the two is given. After
+    # construction ``listen`` is always set and ``socket`` is the unix path or None.
+    socket: Path | None = None
+    llm_url: str = ""
+    data_dir: Path | None = None  # required; None only so that the fields above can have defaults
     token: str | None = None
     workers: int = 4
     queue: int = 64
@@ -64,19 +144,32 @@ class KernelSettings:
     max_residents: int = 64
     shutdown_grace: float = 5.0
     system_prompt: str = "You are the kstress reference agent kernel. Use the tools you are asked to use."
+    listen: Listen | str | None = None
+    batch: str = "whole-batch"
+    terse: bool = False
+    delay_ms: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "socket", Path(self.socket))
-        object.__setattr__(self, "data_dir", Path(self.data_dir))
-        object.__setattr__(self, "faults", frozenset(self.faults))
-        sock = os.fsencode(self.socket)
         _rule(
-            0 < len(sock) <= SOCKET_PATH_MAX,
-            "socket",
-            str(self.socket),
-            f"a unix socket path is at most {SOCKET_PATH_MAX} bytes (this one is {len(sock)}); "
-            "use a shorter directory such as /tmp/rk",
+            (self.socket is None) != (self.listen is None),
+            "listen",
+            str(self.listen),
+            "give either socket=PATH (--socket) or listen=unix:PATH|tcp:HOST:PORT|ws:HOST:PORT[/PATH] (--listen), "
+            f"not {'both' if self.socket is not None else 'neither'}",
         )
+        if self.socket is not None:
+            sock = Path(self.socket)
+            _socket_path_rule("socket", sock)
+            listen = Listen("unix", path=sock)
+        elif isinstance(self.listen, Listen):
+            listen = self.listen
+        else:
+            listen = Listen.parse(self.listen)  # type: ignore[arg-type]
+        object.__setattr__(self, "listen", listen)
+        object.__setattr__(self, "socket", listen.path)
+        _rule(self.data_dir is not None and str(self.data_dir) != "", "data_dir", self.data_dir, "give the data directory (--data-dir)")
+        object.__setattr__(self, "data_dir", Path(self.data_dir))  # type: ignore[arg-type]
+        object.__setattr__(self, "faults", frozenset(self.faults))
         url = urlsplit(self.llm_url)
         _rule(
             url.scheme in ("http", "https") and bool(url.netloc),
@@ -120,6 +213,14 @@ class KernelSettings:
         _rule(isinstance(self.max_residents, int) and 0 <= self.max_residents <= 10_000, "max_residents", self.max_residents, "use 0 to 10000")
         _rule(_number(self.shutdown_grace) and 0 < self.shutdown_grace <= 600, "shutdown_grace", self.shutdown_grace, "use more than 0 and at most 600 seconds")
         _rule(isinstance(self.model, str) and bool(self.model), "model", self.model, "give a model name")
+        _rule(self.batch in BATCH_MODES, "batch", self.batch, f"use one of {', '.join(BATCH_MODES)}")
+        _rule(isinstance(self.terse, bool), "terse", self.terse, "use True or False")
+        _rule(
+            isinstance(self.delay_ms, int) and not isinstance(self.delay_ms, bool) and 0 <= self.delay_ms <= 600_000,
+            "delay_ms",
+            self.delay_ms,
+            "use 0 (off) to 600000 milliseconds",
+        )
 
     def has(self, fault: str) -> bool:
         return fault in self.faults

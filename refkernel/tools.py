@@ -1,4 +1,4 @@
-"""The kernel's tools and the batch rule that decides how a batch runs.
+"""The kernel's tools, and how a batch of calls is scheduled (``--batch``).
 
 Result convention: a failed tool's result text starts with ``ERROR: ``; a
 successful one never does (the harness's error pattern is ``^\\s*error\\b``).
@@ -13,7 +13,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from . import procs
 from .llm import ToolCall
@@ -150,18 +150,30 @@ class Toolbox:
     async def cmd_run(self, args: dict[str, Any]) -> str:
         command = _str_arg(args, "command")
         self.cmd_running += 1
+        spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            command,
+            cwd=self.s.data_dir,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=procs.preexec(True),
+        ))
         try:
-            proc = await asyncio.create_subprocess_exec(
-                "/bin/sh",
-                "-c",
-                command,
-                cwd=self.s.data_dir,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=procs.preexec(True),
-            )
+            proc = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # Cancelled mid-spawn (the client left, shutdown): the child may
+            # exist already, and asyncio's own cleanup would SIGKILL the shell
+            # alone, not what it has forked. Let the spawn finish, stop the group.
+            try:
+                await procs.stop_process(await spawn, 0.5)
+            except OSError:
+                pass  # it never started
+            finally:
+                self.cmd_running -= 1
+            raise
         except OSError as exc:
             self.cmd_running -= 1
             raise ToolFailed(f"cannot start /bin/sh: {exc}") from None
@@ -246,16 +258,17 @@ class Toolbox:
         n = self.broadcast({"type": "notify", "text": text})
         return f"notified {n} connection(s): {text}"
 
-    # --- a batch ----------------------------------------------------------------
+    # --- a batch ---------------------------------------------------------------
 
-    def serial(self, calls: list[ToolCall]) -> bool:
-        """The batch rule: one call, or any call that is not parallel-safe ->
-        all serially in declared order; otherwise concurrently."""
+    @property
+    def mode(self) -> str:
+        """The batch mode in effect. The two scheduling faults replace the
+        declared mode (serial-tools first), whatever it is."""
         if self.s.has("serial-tools"):
-            return True
+            return "serial"
         if self.s.has("always-parallel"):
-            return len(calls) <= 1
-        return len(calls) <= 1 or any(not PARALLEL_SAFE.get(c.name, False) for c in calls)
+            return "parallel"
+        return self.s.batch
 
     async def run_batch(
         self,
@@ -266,24 +279,23 @@ class Toolbox:
         if self.s.has("first-tool-only"):
             calls = calls[:1]
         finished: list[Result] = []
+        declared: list[Result | None] = [None] * len(calls)
+        gate = asyncio.Semaphore(self.s.max_parallel_tools)  # one per batch: --max-parallel-tools bounds every step
 
-        async def one(call: ToolCall) -> Result:
-            on_start(call)
-            res = await self.run(call)
-            finished.append(res)
-            on_end(res)
-            return res
+        async def one(i: int) -> None:
+            async with gate:
+                on_start(calls[i])
+                res = await self.run(calls[i])
+                finished.append(res)
+                declared[i] = res
+                on_end(res)
 
-        if self.serial(calls):
-            results = [await one(c) for c in calls]
-        else:
-            gate = asyncio.Semaphore(self.s.max_parallel_tools)
-
-            async def gated(call: ToolCall) -> Result:
-                async with gate:
-                    return await one(call)
-
-            results = list(await asyncio.gather(*(gated(c) for c in calls)))
+        for step in schedule(calls, self.mode):
+            if len(step) == 1:
+                await one(step[0])
+            else:
+                await asyncio.gather(*(one(i) for i in step))
+        results = [r for r in declared if r is not None]
         if self.s.has("completion-order"):
             results = finished
         if self.s.has("drop-last-result") and results:
@@ -291,3 +303,33 @@ class Toolbox:
         return results
 
 
+def schedule(calls: Sequence[ToolCall], mode: str) -> list[list[int]]:
+    """A batch as steps of declared indices: the calls of a step run at once,
+    a step starts when the previous one has ended (settings.BATCH_MODES).
+
+    For cmd_run, cmd_run, knowledge_create, cmd_run: whole-batch gives
+    [[0], [1], [2], [3]], barrier [[0, 1], [2], [3]], parallel [[0, 1, 2, 3]].
+    """
+    n = len(calls)
+    if mode == "serial" or n <= 1:
+        return [[i] for i in range(n)]
+    if mode == "parallel":
+        return [list(range(n))]
+    safe = [PARALLEL_SAFE.get(c.name, False) for c in calls]
+    if mode == "whole-batch":
+        return [list(range(n))] if all(safe) else [[i] for i in range(n)]
+    if mode != "barrier":
+        raise ValueError(f"unknown batch mode {mode!r}")
+    steps: list[list[int]] = []
+    run: list[int] = []
+    for i, ok in enumerate(safe):
+        if ok:
+            run.append(i)
+            continue
+        if run:
+            steps.append(run)
+            run = []
+        steps.append([i])
+    if run:
+        steps.append(run)
+    return steps

@@ -18,12 +18,13 @@ from rkhelpers import TOKEN, KernelProc, start_kernel
 @pytest.fixture
 async def rk(tmp_path: Path) -> AsyncIterator[Any]:
     """Factory: ``await rk(*kernel_args, tool_ms=200)`` starts a mock and a
-    kernel wired to it; both are stopped at teardown."""
+    kernel wired to it (on a unix socket, or ``listen="tcp:127.0.0.1:0"`` /
+    ``"ws:127.0.0.1:0/PATH"``); both are stopped at teardown."""
     stack = contextlib.AsyncExitStack()
     count = 0
 
     async def start(*args: str, tool_ms: int = 200, mock_settings: MockSettings | None = None,
-                    llm_url: str | None = None, token: str | None = TOKEN) -> KernelProc:
+                    llm_url: str | None = None, token: str | None = TOKEN, listen: str | None = None) -> KernelProc:
         nonlocal count
         count += 1
         mock = None
@@ -32,7 +33,7 @@ async def rk(tmp_path: Path) -> AsyncIterator[Any]:
             llm_url = mock.url + "/v1"
         base = tmp_path / f"k{count}"
         base.mkdir()
-        kp = await start_kernel(llm_url, list(args), base, token=token)
+        kp = await start_kernel(llm_url, list(args), base, token=token, listen=listen)
         kp.mock = mock
         stack.push_async_callback(kp.aclose)  # before its mock closes (LIFO)
         return kp

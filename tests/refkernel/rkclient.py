@@ -1,6 +1,8 @@
 """A small protocol-v1 client for the reference kernel's tests (the harness's
 own client is ``harness/client.py``; this one stays independent of it so the
-kernel's tests do not move when the harness does).
+kernel's tests do not move when the harness does). It speaks every transport
+the kernel listens on: an address is what the ready line names -- a unix
+socket path, ``tcp:HOST:PORT`` or ``ws://HOST:PORT/PATH``.
 
 Frames are read by a background task into an inbox; ``take`` removes the
 first frame matching a predicate, waiting for it with a deadline, so frames
@@ -18,6 +20,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+import aiohttp
 
 from mock import markers
 
@@ -98,8 +102,22 @@ async def open_unix(path: str | Path, deadline_s: float = 5.0) -> tuple[asyncio.
         await asyncio.sleep(0.01)
 
 
+def tcp_address(address: str) -> tuple[str, int]:
+    host, _, port = address.removeprefix("tcp:").rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def open_stream(address: str | Path, deadline_s: float = 5.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    if str(address).startswith("tcp:"):
+        host, port = tcp_address(str(address))
+        return await asyncio.open_connection(host, port, limit=4 << 20)
+    return await open_unix(address, deadline_s)
+
+
 class KernelConn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One connection over a stream socket (unix, tcp): one frame per line."""
+
+    def __init__(self, reader: asyncio.StreamReader | None, writer: asyncio.StreamWriter | None) -> None:
         self.reader = reader
         self.writer = writer
         self.inbox: list[dict[str, Any]] = []
@@ -108,20 +126,27 @@ class KernelConn:
         self._task = asyncio.ensure_future(self._read())
 
     @classmethod
-    async def open(cls, path: str | Path, token: str | None = "tok", auth: bool = True) -> "KernelConn":
-        reader, writer = await open_unix(path)
-        conn = cls(reader, writer)
+    async def open(cls, address: str | Path, token: str | None = "tok", auth: bool = True) -> "KernelConn":
+        conn: KernelConn
+        if str(address).startswith("ws://"):
+            conn = await WsKernelConn.connect(str(address))
+        else:
+            conn = cls(*await open_stream(address))
         if auth:
             await conn.send({"type": "auth", "token": token})
             ack = await conn.take(lambda f: True, 10, "the auth ack")
             assert ack == {"type": "response", "kind": "auth", "ok": True, "protocol": 1}, ack
         return conn
 
+    def _got(self, frame: dict[str, Any]) -> None:
+        self.inbox.append(frame)
+        self._arrived.set()
+
     async def _read(self) -> None:
+        assert self.reader is not None
         try:
             while line := await self.reader.readline():
-                self.inbox.append(json.loads(line))
-                self._arrived.set()
+                self._got(json.loads(line))
         except (ConnectionError, ValueError):
             pass
         finally:
@@ -132,8 +157,14 @@ class KernelConn:
         await self.send_raw(json.dumps(frame).encode() + b"\n")
 
     async def send_raw(self, data: bytes) -> None:
+        """Bytes as they are: on a stream, with the newlines they hold."""
+        assert self.writer is not None
         self.writer.write(data)
         await self.writer.drain()
+
+    async def send_frame(self, data: bytes) -> None:
+        """One frame's bytes, framed as this transport frames them."""
+        await self.send_raw(data + b"\n")
 
     async def take(self, pred: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -187,6 +218,7 @@ class KernelConn:
         return await self.take(lambda f: f["type"] == "stats", timeout, "a stats frame")
 
     async def aclose(self) -> None:
+        assert self.writer is not None
         self.writer.close()
         try:
             await self.writer.wait_closed()
@@ -200,3 +232,60 @@ class KernelConn:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class WsKernelConn(KernelConn):
+    """One connection over a WebSocket (aiohttp's client): one frame per text message."""
+
+    def __init__(self, session: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.session = session
+        self.ws = ws
+        self.close_code: int | None = None
+        super().__init__(None, None)
+
+    @classmethod
+    async def connect(cls, url: str) -> "WsKernelConn":
+        session = aiohttp.ClientSession()
+        try:
+            # the client's own limit well above the kernel's: a test sees what the kernel sends
+            ws = await session.ws_connect(url, max_msg_size=8 << 20, autoclose=True)
+        except BaseException:
+            await session.close()
+            raise
+        return cls(session, ws)
+
+    async def _read(self) -> None:
+        try:
+            async for msg in self.ws:
+                if msg.type is aiohttp.WSMsgType.TEXT:
+                    self._got(json.loads(msg.data))
+                else:
+                    self._got({"type": "_ws", "ws_type": msg.type.name})  # a kernel sends text only
+        except (ConnectionError, ValueError, aiohttp.ClientError):
+            pass
+        finally:
+            self.close_code = self.ws.close_code
+            self.eof = True
+            self._arrived.set()
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.ws.send_str(json.dumps(frame))
+
+    async def send_raw(self, data: bytes) -> None:
+        """Bytes as one text message, even when they are not UTF-8."""
+        await self.ws.send_frame(data, aiohttp.WSMsgType.TEXT)
+
+    async def send_frame(self, data: bytes) -> None:
+        await self.send_raw(data)
+
+    async def send_binary(self, data: bytes) -> None:
+        await self.ws.send_bytes(data)
+
+    async def aclose(self) -> None:
+        try:
+            await self.ws.close()
+        except (ConnectionError, aiohttp.ClientError):
+            pass
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        await self.session.close()

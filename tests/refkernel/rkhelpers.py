@@ -1,5 +1,6 @@
 """Helpers for the reference kernel's tests: the real kernel as a subprocess
-on a real unix socket, and deadline-bounded waits.
+on a real socket (unix by default; tcp or ws with ``listen=``), and
+deadline-bounded waits.
 
 Every kernel started here is stopped with SIGTERM at teardown, and then the
 fixture looks for any process still working in the kernel's data directory
@@ -41,10 +42,13 @@ def procs_in(path: Path) -> list[psutil.Process]:
     return found
 
 
+READY = "refkernel listening on "
+
+
 @dataclass
 class KernelProc:
     proc: asyncio.subprocess.Process
-    socket: Path
+    socket: Path | None  # the unix socket, when it listens on one
     data_dir: Path
     log: Path
     argv: list[str]
@@ -53,6 +57,8 @@ class KernelProc:
     token: str = TOKEN
     allow_strays: bool = False
     conns: list[KernelConn] = field(default_factory=list)
+    address: str = ""  # what the ready line names: a path, tcp:HOST:PORT or ws://HOST:PORT/PATH
+    ready_line: str = ""
 
     @property
     def pid(self) -> int:
@@ -65,12 +71,12 @@ class KernelProc:
             return ""
 
     async def connect(self, auth: bool = True, token: str | None = None) -> KernelConn:
-        conn = await KernelConn.open(self.socket, token=self.token if token is None else token, auth=auth)
+        conn = await KernelConn.open(self.address, token=self.token if token is None else token, auth=auth)
         self.conns.append(conn)
         return conn
 
     async def stats(self) -> dict[str, Any]:
-        async with await KernelConn.open(self.socket, token=self.token) as c:
+        async with await KernelConn.open(self.address, token=self.token) as c:
             return await c.stats()
 
     async def terminate(self, timeout: float = 15) -> int:
@@ -98,14 +104,33 @@ class KernelProc:
             raise AssertionError(f"processes survived the kernel: {[(p.pid, p.info) for p in strays]}")
 
 
+async def run_kernel_cli(args: list[str], timeout: float = 20) -> tuple[int, str]:
+    """``refkernel ARGS`` that is expected to exit by itself: its exit code and output."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "refkernel", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"refkernel {args} did not exit within {timeout} s") from None
+    return proc.returncode, (out + err).decode()
+
+
 async def start_kernel(
-    llm_url: str, args: list[str], base: Path, token: str | None = TOKEN, ready_timeout: float = 20
+    llm_url: str, args: list[str], base: Path, token: str | None = TOKEN, ready_timeout: float = 20,
+    listen: str | None = None,
 ) -> KernelProc:
+    """``listen=None``: on a fresh unix socket (``--socket``); otherwise ``--listen LISTEN``."""
     sock_dir = Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))
-    socket_path = sock_dir / "k.sock"
+    socket_path = sock_dir / "k.sock" if listen is None else None
+    where = ["--socket", str(socket_path)] if listen is None else ["--listen", listen]
+    if listen is not None and listen.startswith("unix:"):
+        socket_path = Path(listen[5:])
     data_dir = base / "data"
     log = base / f"kernel-{time.monotonic_ns()}.log"
-    argv = [sys.executable, "-m", "refkernel", "--socket", str(socket_path), "--llm-url", llm_url,
+    argv = [sys.executable, "-m", "refkernel", *where, "--llm-url", llm_url,
             "--data-dir", str(data_dir), *(["--token", token] if token else []), *args]
     try:
         with open(log, "wb") as err:
@@ -118,9 +143,11 @@ async def start_kernel(
     assert proc.stdout is not None
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), ready_timeout)
-        if not line.startswith(b"refkernel listening on"):
+        if not line.startswith(READY.encode()):
             await asyncio.wait_for(proc.wait(), ready_timeout)
             raise AssertionError(f"refkernel did not start (exit {proc.returncode}); stderr:\n{kp.stderr()}")
+        kp.ready_line = line.decode()
+        kp.address = kp.ready_line.removeprefix(READY).rstrip("\n")
     except asyncio.TimeoutError:
         await kp.aclose()
         raise AssertionError(f"refkernel not ready within {ready_timeout} s; stderr:\n{kp.stderr()}") from None

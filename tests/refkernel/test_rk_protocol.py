@@ -16,6 +16,7 @@ import pytest
 
 from mock import markers
 from rkclient import KernelConn, text_for
+from rkhelpers import run_kernel_cli
 
 MIB = 1 << 20
 STATS_KEYS = {
@@ -130,22 +131,9 @@ async def test_socket_file_is_0600_and_its_directory_is_not_widened(rk):
     assert stat.S_IMODE(os.stat(k.socket.parent).st_mode) == 0o700  # mkdtemp's, untouched
 
 
-async def _run_kernel(args: list[str], timeout: float = 20) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "refkernel", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"refkernel {args} did not exit within {timeout} s") from None
-    return proc.returncode, (out + err).decode()
-
-
 async def test_live_socket_is_refused_and_left_alone(rk, tmp_path):
     k = await rk()
-    rc, out = await _run_kernel(["--socket", str(k.socket), "--llm-url", k.mock.url + "/v1", "--data-dir", str(tmp_path / "d2")])
+    rc, out = await run_kernel_cli(["--socket", str(k.socket), "--llm-url", k.mock.url + "/v1", "--data-dir", str(tmp_path / "d2")])
     assert rc == 2, out
     assert "in use by a live kernel" in out and str(k.socket) in out
     conn = await k.connect()
@@ -183,7 +171,7 @@ async def test_stale_socket_is_replaced(rk, tmp_path):
 async def test_not_a_socket_is_refused(tmp_path):
     path = tmp_path / "f.sock"
     path.write_text("precious")
-    rc, out = await _run_kernel(["--socket", str(path), "--llm-url", "http://127.0.0.1:9/v1", "--data-dir", str(tmp_path / "d")])
+    rc, out = await run_kernel_cli(["--socket", str(path), "--llm-url", "http://127.0.0.1:9/v1", "--data-dir", str(tmp_path / "d")])
     assert rc == 2 and "is not a socket" in out, out
     assert path.read_text() == "precious"
 
@@ -223,7 +211,7 @@ async def test_missing_socket_directory_is_created_private(rk, tmp_path):
 )
 async def test_bad_flags_exit_2_naming_the_value(tmp_path, flags, named):
     base = ["--socket", str(tmp_path / "k.sock"), "--llm-url", "http://127.0.0.1:9/v1", "--data-dir", str(tmp_path / "d")]
-    rc, out = await _run_kernel(base + flags)  # a repeated flag: the last one wins
+    rc, out = await run_kernel_cli(base + flags)  # a repeated flag: the last one wins
     assert rc == 2, out
     assert named in out, out
     assert not (tmp_path / "k.sock").exists()

@@ -3,6 +3,7 @@ process): the stream accumulators, the tools' limits, the batch rule, dedup."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -13,8 +14,9 @@ from refkernel.llm import ToolCall, _Accumulator, _NaiveAccumulator
 from refkernel.procs import MediaWorker, Residents
 from refkernel.scheduler import Dedup
 from refkernel.settings import KernelSettings
-from refkernel.tools import MAX_OUTPUT, Toolbox
+from refkernel.tools import MAX_OUTPUT, Toolbox, schedule
 from rkhelpers import procs_in
+from waiting import await_until
 
 
 def frag(index=None, id_=None, name=None, args=None):
@@ -100,6 +102,32 @@ async def test_cmd_run_output_status_and_error_convention(toolbox):
     assert big.ok and big.content.count("a") == MAX_OUTPUT and "bytes of output dropped" in big.content
 
 
+async def test_cmd_run_cancelled_while_spawning_leaves_nothing(toolbox, tmp_path, monkeypatch):
+    # A turn cancelled (client gone, shutdown) while its shell is being spawned:
+    # the child exists already, but create_subprocess_exec has not returned it.
+    # A loop slow to finish the spawn makes that window wide enough to hit.
+    real = asyncio.create_subprocess_exec
+    spawned = asyncio.Event()
+
+    async def slow_spawn(*args, **kw):
+        proc = await real(*args, **kw)
+        spawned.set()
+        await asyncio.sleep(0.5)
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_spawn)
+    tb = await toolbox()
+    data = tmp_path / "data"
+    task = asyncio.ensure_future(tb.run(call("cmd_run", command="sleep 30 & sleep 30")))
+    await asyncio.wait_for(spawned.wait(), 10)
+    await await_until(lambda: len(procs_in(data)) >= 2, 10, "the shell and what it forked")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await await_until(lambda: procs_in(data) == [], 5, "the spawned group to be gone")
+    assert tb.cmd_running == 0
+
+
 async def test_cmd_run_timeout_kills_the_whole_group(toolbox, tmp_path):
     tb = await toolbox(tool_timeout=0.5)
     t0 = time.monotonic()
@@ -165,7 +193,45 @@ async def test_resident_names_are_unique_and_bounded(toolbox):
 )
 async def test_batch_rule(toolbox, faults, names, serial):
     tb = await toolbox(*faults)
-    assert tb.serial([ToolCall(i, f"c{i}", n, "{}") for i, n in enumerate(names)]) is serial
+    steps = schedule([ToolCall(i, f"c{i}", n, "{}") for i, n in enumerate(names)], tb.mode)
+    assert steps == ([[i] for i in range(len(names))] if serial else [list(range(len(names)))])
+
+
+S, U = "cmd_run", "knowledge_create"  # parallel-safe, not parallel-safe
+
+
+@pytest.mark.parametrize(
+    "mode, names, steps",
+    [
+        ("whole-batch", [S, S, U, S], [[0], [1], [2], [3]]),
+        ("whole-batch", [S, S, S], [[0, 1, 2]]),
+        ("barrier", [S, S, U, S], [[0, 1], [2], [3]]),
+        ("barrier", [S, S, S, U], [[0, 1, 2], [3]]),
+        ("barrier", [U, U, S, S, U], [[0], [1], [2, 3], [4]]),
+        ("barrier", [S, "mystery", S], [[0], [1], [2]]),  # unknown = unsafe = a barrier
+        ("barrier", [S, S], [[0, 1]]),
+        ("parallel", [S, U, S, U], [[0, 1, 2, 3]]),
+        ("serial", [S, S, S], [[0], [1], [2]]),
+        ("parallel", [U], [[0]]),
+        ("barrier", [], []),
+    ],
+)
+def test_batch_modes_as_steps(mode, names, steps):
+    assert schedule([ToolCall(i, f"c{i}", n, "{}") for i, n in enumerate(names)], mode) == steps
+
+
+@pytest.mark.parametrize(
+    "batch, faults, mode",
+    [
+        ("barrier", (), "barrier"),
+        ("barrier", ("serial-tools",), "serial"),
+        ("parallel", ("serial-tools",), "serial"),
+        ("serial", ("always-parallel",), "parallel"),
+        ("whole-batch", ("serial-tools", "always-parallel"), "serial"),
+    ],
+)
+async def test_scheduling_faults_replace_the_mode(toolbox, batch, faults, mode):
+    assert (await toolbox(*faults, batch=batch)).mode == mode
 
 
 def test_dedup_window_and_capacity(monkeypatch):
@@ -200,3 +266,38 @@ def test_refkernel_imports_only_stdlib_aiohttp_psutil():
                "aiohappyeyeballs", "idna", "typing_extensions", "async_timeout", "sitecustomize", "usercustomize",
                "cython_runtime"}  # cython_runtime: aiohttp's compiled speedups
     assert third_party <= allowed, third_party - allowed
+
+
+@pytest.mark.parametrize(
+    "spec, scheme, host, port, path, ready",
+    [
+        ("tcp:127.0.0.1:0", "tcp", "127.0.0.1", 0, "/", "tcp:127.0.0.1:0"),
+        ("tcp:[::1]:8765", "tcp", "::1", 8765, "/", "tcp:[::1]:8765"),
+        ("ws:127.0.0.1:8765/kernel", "ws", "127.0.0.1", 8765, "/kernel", "ws://127.0.0.1:8765/kernel"),
+        ("ws:localhost:0", "ws", "localhost", 0, "/", "ws://localhost:0/"),
+        ("unix:/tmp/rk/k.sock", "unix", "", 0, "/", "/tmp/rk/k.sock"),
+    ],
+)
+def test_listen_forms(spec, scheme, host, port, path, ready):
+    from refkernel.settings import Listen
+
+    ln = Listen.parse(spec)
+    assert (ln.scheme, ln.host, ln.port, ln.url_path, ln.ready_name) == (scheme, host, port, path, ready)
+    assert Listen.parse(str(ln)) == ln
+
+
+def test_socket_is_listen_unix_and_exactly_one_is_given(tmp_path):
+    from refkernel import ConfigError
+    from refkernel.settings import Listen
+
+    kw = dict(llm_url="http://127.0.0.1:9/v1", data_dir=tmp_path)
+    a = KernelSettings(socket=tmp_path / "k.sock", **kw)
+    b = KernelSettings(listen=f"unix:{tmp_path / 'k.sock'}", **kw)
+    assert a.listen == b.listen == Listen("unix", path=tmp_path / "k.sock") and a.socket == b.socket
+    assert KernelSettings(listen="tcp:127.0.0.1:0", **kw).socket is None
+    with pytest.raises(ConfigError, match="not both"):
+        KernelSettings(socket=tmp_path / "k.sock", listen="tcp:127.0.0.1:0", **kw)
+    with pytest.raises(ConfigError, match="not neither"):
+        KernelSettings(**kw)
+    with pytest.raises(ConfigError, match="data_dir"):
+        KernelSettings(listen="tcp:127.0.0.1:0", llm_url="http://127.0.0.1:9/v1")
