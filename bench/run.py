@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`make bench`: streamed requests per second of the mock LLM against a floor.
+"""`make bench`: streamed requests per second of the mock LLM against a floor,
+then the driver benchmark (bench/driver.py: kstress's cost per turn).
 
 Three measurements, interleaved round by round (floor, text, batch, floor, ...)
 so that drift on a shared machine hits all three alike:
@@ -39,6 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from harness.launcher import read_line  # noqa: E402
 from mock.markers import build_plan, compose, parse_text_verdict  # noqa: E402
@@ -344,7 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nbench: results in {OUT}/bench-{stamp}.json")
     if short:
         print(f"bench: below the target ratio {TARGET_RATIO}: {', '.join(short)}")
-    return 0
+    # the harness's own cost per turn, against a bare asyncio client (bench/driver.py)
+    print("\nbench: the driver (kstress's cost per turn)", flush=True)
+    from driver import main as driver_main
+
+    return driver_main([])
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ generator (coordinated omission).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections import Counter
@@ -118,7 +119,9 @@ class _Load:
         self.target = target
         self.run = run
         self.mix = parse_mix(s.mix)
-        self.markers, self.weights = zip(*self.mix)
+        self.markers = [m for m, _ in self.mix]
+        # cumulative once: choices() with plain weights re-accumulates them per call
+        self.cum_weights = list(itertools.accumulate(w for _, w in self.mix))
         self.rng = random.Random(s.seed)
         self.t0 = run.t0
         self.deadline = self.t0 + s.duration_s if s.duration_s else None
@@ -126,7 +129,7 @@ class _Load:
         self.capacity_errors: Counter[str] = Counter()
 
     def pick(self) -> str:
-        m = self.rng.choices(self.markers, self.weights)[0]
+        m = self.rng.choices(self.markers, cum_weights=self.cum_weights)[0]
         return "" if m == "text" else m
 
     def expired(self) -> bool:
