@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any, Awaitable
 
 from .errors import KstressError
@@ -51,3 +52,40 @@ def first_error(exc: BaseException) -> BaseException:
         if not isinstance(e, asyncio.CancelledError):
             return e
     return leaves[0] if leaves else exc
+
+
+# Hurry: a second interrupt asks every cleanup to skip its grace periods (stop
+# signal -> grace -> SIGKILL becomes SIGKILL at once). The CLI edge opens a
+# scope per command; code outside one never hurries.
+_HURRY: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar("kstress_hurry", default=None)
+
+
+def start_hurry_scope() -> None:
+    _HURRY.set(asyncio.Event())
+
+
+def hurry() -> None:
+    ev = _HURRY.get()
+    if ev is not None:
+        ev.set()
+
+
+def hurried() -> bool:
+    ev = _HURRY.get()
+    return ev is not None and ev.is_set()
+
+
+async def grace(aw: Awaitable[Any], seconds: float) -> bool:
+    """Await ``aw`` for up to ``seconds`` -- no longer than until the run is
+    hurried. True when it finished in time; else it is cancelled."""
+    task = asyncio.ensure_future(aw)
+    ev = _HURRY.get()
+    waiter = asyncio.ensure_future(ev.wait()) if ev is not None else None
+    try:
+        await asyncio.wait({task, waiter} if waiter is not None else {task}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if waiter is not None:
+            waiter.cancel()
+        if not task.done():
+            task.cancel()
+    return task.done() and not task.cancelled()

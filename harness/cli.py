@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -19,6 +18,7 @@ import click
 from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
 
 from . import __version__
+from .edge import Interrupt
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, KstressError, UsageError
 
 
@@ -127,28 +127,10 @@ def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms
 
 
 def run_edge(make: Callable[[], Awaitable[Any]]) -> Any:
-    """The CLI edge of every async command: SIGINT, SIGTERM and SIGHUP (a
-    closed terminal) cancel the command's task, which a scenario records as
-    interrupted (exit 130, partial results written)."""
+    """Every async command runs under the signal edge (harness/edge.py)."""
+    from .edge import EDGE
 
-    async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            try:
-                loop.add_signal_handler(sig, task.cancel)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
-        try:
-            return await make()
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
-    return asyncio.run(main())
+    return EDGE.run(make)
 
 
 # --- launch / stop / status -------------------------------------------------------
@@ -218,7 +200,7 @@ def status_cmd(state) -> None:
     """Processes, mock and kernel health, kernel stats of the running sandbox."""
     from .status import show_status
 
-    asyncio.run(show_status(state))
+    run_edge(lambda: show_status(state))
 
 
 # --- kcli -------------------------------------------------------------------------
@@ -239,7 +221,7 @@ def kcli_send(state, socket, token, protocol, timeout, raw, text) -> None:
     from .kcli import resolve_endpoint, send_one
 
     ep = resolve_endpoint(socket, state, token, protocol)
-    verdict = asyncio.run(send_one(ep, text, timeout, sys.stdout, raw=raw))
+    verdict = run_edge(lambda: send_one(ep, text, timeout, sys.stdout, raw=raw))
     sys.exit(0 if verdict.passed else 1)
 
 
@@ -249,7 +231,8 @@ def kcli_stats(state, socket, token, protocol) -> None:
     """Print the kernel's stats frame."""
     from .kcli import resolve_endpoint, stats
 
-    asyncio.run(stats(resolve_endpoint(socket, state, token, protocol), sys.stdout))
+    ep = resolve_endpoint(socket, state, token, protocol)
+    run_edge(lambda: stats(ep, sys.stdout))
 
 
 @kcli_group.command("shell")
@@ -259,7 +242,8 @@ def kcli_shell(state, socket, token, protocol, timeout) -> None:
     """Read inputs from stdin, one per line; exit 1 when any failed."""
     from .kcli import resolve_endpoint, shell
 
-    failed = asyncio.run(shell(resolve_endpoint(socket, state, token, protocol), timeout))
+    ep = resolve_endpoint(socket, state, token, protocol)
+    failed = run_edge(lambda: shell(ep, timeout))
     sys.exit(1 if failed else 0)
 
 
@@ -359,8 +343,9 @@ def main_with(argv: list[str] | None, prog_name: str, command: str | None = None
         entry.main(argv, prog_name=prog_name, standalone_mode=True, **cli.context_settings)
     except KstressError as exc:
         _fail(str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        _fail("interrupted", EXIT_INTERRUPTED)
+    except (KeyboardInterrupt, Interrupt, asyncio.CancelledError) as exc:
+        # a signal before a run started, or a command without a run to write
+        _fail(f"interrupted ({exc})" if isinstance(exc, Interrupt) else "interrupted", EXIT_INTERRUPTED)
     except Exception as exc:  # a bug in kstress: say so, keep the traceback
         import traceback
 

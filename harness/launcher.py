@@ -29,7 +29,7 @@ import psutil
 
 from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, MS_MAX
 
-from .aio import finish_shielded
+from .aio import finish_shielded, grace, hurried
 from .client import ConnError, KernelClient
 from .errors import TargetError, UsageError
 from .protocol import load_protocol
@@ -372,7 +372,7 @@ class Launch:
                 signalled = True
             except ProcessLookupError:
                 pass
-            if not await _wait_exit(proc, self.spec.stop_grace_s):
+            if not await grace(proc.wait(), self.spec.stop_grace_s):
                 try:
                     proc.kill()
                 except ProcessLookupError:
@@ -381,7 +381,7 @@ class Launch:
         # Children the target started may still be on their way out.
         deadline = time.monotonic() + 1.0
         orphans = self.orphans()
-        while orphans and time.monotonic() < deadline:
+        while orphans and time.monotonic() < deadline and not hurried():
             await asyncio.sleep(0.05)  # re-check with a deadline: exiting children need a moment to be reaped
             orphans = self.orphans()
         self.exit = TargetExit(returncode=proc.returncode if proc else None, signalled=signalled, orphans=orphans)

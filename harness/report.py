@@ -25,7 +25,8 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
     started = dt.datetime.fromtimestamp(doc.get("started", 0), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
     status = "PASS" if doc.get("passed") else "FAIL"
     out = [f"# kstress {title} — {status}", ""]
-    out.append(f"- started {started}, {doc.get('duration_s', 0):.1f} s, exit code {doc.get('exit_code')}")
+    code = doc.get("exit_code")
+    out.append(f"- started {started}, {doc.get('duration_s') or 0:.1f} s, " + (f"exit code {code}" if code is not None else "never finished (no exit code)"))
     host = doc.get("meta", {}).get("host", {})
     out.append(f"- host {host.get('hostname')} ({host.get('cpus')} CPUs, Linux {host.get('kernel')}, Python {host.get('python')}), kstress {host.get('harness_version')}")
     for t in doc.get("meta", {}).get("targets", []):
@@ -35,6 +36,8 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
         out.append(f"- target {label}`{argv}`" + (f" (sha256 {sha}…)" if sha else "") + (f", sandbox {t.get('namespace')} ({t.get('mechanism')})" if t.get("namespace") else ""))
     if doc.get("error"):
         out.append(f"- **error:** {doc['error']}")
+    for note in doc.get("notes") or ():
+        out.append(f"- **note:** {note}")
     out.append("")
     return out
 

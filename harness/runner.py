@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
+
+import psutil
 
 from .aio import finish_shielded, first_error
 from .client import ConnError, Turn, failed_turn
@@ -39,8 +42,9 @@ from .errors import (
     EXIT_USAGE,
     KstressError,
     TargetDied,
+    TargetError,
 )
-from .results import Check, RunDir, host_meta
+from .results import FLUSH_EVERY_S, Check, RunDir, host_meta
 from .stats import LogHistogram
 from .sut import Target
 from .verdict import TurnVerdict, judge
@@ -205,7 +209,9 @@ Body = Callable[[Run], Awaitable[None]]
 
 async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Target], body: Body, total: int | None = None) -> RunResult:
     """Open the targets, run the body, close, write run.json and report.md on
-    every path."""
+    every path. run.json is written first when the run starts (status
+    ``running``), so even a run killed with SIGKILL leaves a directory
+    `kstress report` can read."""
     for t in targets:
         t.prepare()  # usage errors end here, before a run directory exists
     rundir = RunDir(scenario.name, Path(settings.out))
@@ -213,9 +219,13 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
     run = Run(rundir, targets, Progress(total, settings.quiet))
     stack = contextlib.AsyncExitStack()
     error: BaseException | None = None
+    rundir.write_doc(_doc(scenario, settings, targets, run, started, "running"))
+    flusher: asyncio.Task | None = None
     try:
         for t in targets:
             await stack.enter_async_context(t)
+        rundir.write_doc(_doc(scenario, settings, targets, run, started, "running"))  # now with the targets' metadata
+        flusher = asyncio.create_task(_flush_every(rundir))
         run.t0 = time.monotonic()
         run.progress.start()
         try:
@@ -233,6 +243,8 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
             run.extras["orphans"] = orphans
     except BaseException as exc:  # noqa: BLE001 - every path writes its results
         error = first_error(exc)
+    if flusher is not None:
+        flusher.cancel()
     try:
         # after closing: an owned mock has exited and flushed its log
         await finish_shielded(stack.aclose())
@@ -252,6 +264,14 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
     return result
 
 
+async def _flush_every(rundir: RunDir) -> None:
+    """turns.jsonl on disk at most FLUSH_EVERY_S behind, even when no turn
+    ends for a while (a killed run keeps what it measured)."""
+    while True:
+        await asyncio.sleep(FLUSH_EVERY_S)  # a flush period, not synchronisation
+        rundir.flush()
+
+
 def _keep_logs(rundir: RunDir, targets: Sequence[Target]) -> None:
     for t in targets:
         if t.mock_log is not None:
@@ -264,50 +284,73 @@ def _keep_logs(rundir: RunDir, targets: Sequence[Target]) -> None:
             t.launch.remove_run_dir()
 
 
-def _exit_for(error: BaseException | None) -> tuple[int, str | None]:
+def _exit_for(error: BaseException | None) -> tuple[int, str | None, str]:
+    """exit code, message, run.json status"""
     if error is None:
-        return EXIT_OK, None
+        return EXIT_OK, None, "completed"
     if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt)):
-        return EXIT_INTERRUPTED, "interrupted: partial results written"
+        return EXIT_INTERRUPTED, "interrupted: partial results written", "interrupted"
+    if isinstance(error, TargetError):
+        return error.exit_code, str(error), "target_failed"
     if isinstance(error, KstressError):
-        return error.exit_code, str(error)
-    return EXIT_INTERNAL, f"internal error: {error!r}"
+        return error.exit_code, str(error), "failed"
+    return EXIT_INTERNAL, f"internal error: {error!r}", "failed"
+
+
+def _doc(scenario: Scenario, settings: Any, targets: Sequence[Target], run: Run, started: float, status: str) -> dict[str, Any]:
+    ended = time.time()
+    return {
+        "scenario": scenario.name,
+        "status": status,
+        "passed": False,
+        "exit_code": None,
+        "error": None,
+        "started": started,
+        "ended": None if status == "running" else ended,
+        "duration_s": round(ended - started, 3),
+        # who wrote a run.json that still says running: `kstress report` tells
+        # a run in progress from one that was killed
+        "process": {"pid": os.getpid(), "started": _process_start()},
+        "meta": {"host": host_meta(), "targets": [t.meta for t in targets]},
+        "settings": scenario.to_json(settings, targets),
+        "summary": {},
+        "checks": [],
+        "extras": run.extras,
+    }
+
+
+def _process_start() -> float | None:
+    try:
+        return psutil.Process().create_time()
+    except psutil.Error:
+        return None
 
 
 def _write(scenario: Scenario, settings: Any, targets: Sequence[Target], run: Run, started: float, error: BaseException | None) -> RunResult:
-    exit_code, message = _exit_for(error)
+    exit_code, message, status = _exit_for(error)
     rundir, rows = run.dir, run.rows
     if exit_code == EXIT_USAGE and not rows and not any(rundir.path.glob("logs*")):
         # bad input caught before anything ran: the message is the result; an
         # empty FAIL report beside it would only be noise
         shutil.rmtree(rundir.path, ignore_errors=True)
         return RunResult(scenario.name, False, exit_code, None, {}, (), "", message)
-    sj = scenario.to_json(settings, targets)
-    if error is None:
-        summary = scenario.summarize(rows, sj, run.extras)
-        checks = all_checks(scenario, summary, sj, run.extras)
-    else:
-        summary = partial_summary(scenario, rows, sj, run.extras)
-        checks = [Check("run completed", False, message or "")]
+    doc = _doc(scenario, settings, targets, run, started, status)
+    summary, checks = recompute(scenario, doc, rows, reason=message)
     passed = exit_code == EXIT_OK and all(c.passed for c in checks)
     if exit_code == EXIT_OK and not passed:
         exit_code = EXIT_CHECKS_FAILED
-    ended = time.time()
-    doc = {
-        "scenario": scenario.name,
-        "passed": passed,
-        "exit_code": exit_code,
-        "error": message,
-        "started": started,
-        "ended": ended,
-        "duration_s": round(ended - started, 3),
-        "meta": {"host": host_meta(), "targets": [t.meta for t in targets]},
-        "settings": sj,
-        "summary": summary,
-        "checks": [c.to_json() for c in checks],
-        "extras": run.extras,
-    }
+    doc.update(passed=passed, exit_code=exit_code, error=message, summary=summary, checks=[c.to_json() for c in checks])
     rundir.finish(doc)
     report = scenario.render(doc, summary)
     (rundir.path / "report.md").write_text(report)
     return RunResult(scenario.name, passed, exit_code, rundir.path, summary, tuple(checks), report, message)
+
+
+def recompute(scenario: Scenario, doc: dict[str, Any], rows: Rows, reason: str | None = None) -> tuple[dict[str, Any], list[Check]]:
+    """The summary and checks of a run from its raw data: what the run writes
+    at its end, and what `kstress report` recomputes from the files."""
+    settings, extras = doc.get("settings") or {}, doc.get("extras") or {}
+    if doc.get("status", "completed") == "completed" and not (doc.get("summary") or {}).get("partial"):
+        summary = scenario.summarize(rows, settings, extras)
+        return summary, all_checks(scenario, summary, settings, extras)
+    return partial_summary(scenario, rows, settings, extras), [Check("run completed", False, reason or doc.get("error") or "")]

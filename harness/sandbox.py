@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .aio import finish_shielded as _finish_shielded
+from .aio import hurried
 from .errors import SandboxCleanupError, UsageError
 
 __all__ = [
@@ -801,7 +802,7 @@ class Sandbox:
             _signal_if_in(pid, signal.SIGTERM, self.net_inode, None)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
-        while pids and loop.time() < deadline:
+        while pids and loop.time() < deadline and not hurried():
             await asyncio.sleep(_POLL_S)
             pids = scan()
         deadline = loop.time() + KILL_TIMEOUT_S

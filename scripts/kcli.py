@@ -8,6 +8,10 @@ import _bootstrap  # noqa: E402
 
 _bootstrap.ensure()
 
+from harness.edge import EDGE  # noqa: E402
+
+EDGE.install()  # signals handled from here on, before the heavier imports
+
 from harness.cli import main_with  # noqa: E402
 
 if __name__ == "__main__":

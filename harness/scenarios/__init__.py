@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
+
 from ..errors import UsageError
-from ..results import load_run
-from ..runner import RunResult, Scenario, all_checks, partial_summary
+from ..results import read_run
+from ..runner import RunResult, Scenario, all_checks, recompute
 from ..sut import Access, Target
 from . import abtest, batch, cmp, hold, stress
 from .abtest import AbtestSettings, run_abtest
@@ -28,22 +30,48 @@ def scenario(name: str) -> Scenario:
 
 
 def rerender(path: Path) -> str:
-    """`kstress report DIR`: re-render report.md from the run's raw files."""
-    doc, rows = load_run(path)
-    name = doc.get("scenario", "")
-    if name not in REGISTRY:
-        raise UsageError(f"{path}: no report renderer for scenario {name!r}")
-    sc = REGISTRY[name]
-    settings, extras = doc.get("settings") or {}, doc.get("extras") or {}
-    if not rows:
+    """`kstress report DIR`: re-render report.md from the run's raw files.
+    Every figure and check is recomputed from them with the functions the run
+    used (never a stored figure beside a recomputed one); what cannot be
+    recomputed, or disagrees with what run.json recorded, is said out loud."""
+    loaded = read_run(path)
+    doc, rows, notes = loaded.doc, loaded.rows, list(loaded.notes)
+    sc = scenario(doc["scenario"])
+    if rows is None:
         summary = doc.get("summary") or {}
-    elif (doc.get("summary") or {}).get("partial"):
-        summary = partial_summary(sc, rows, settings, extras)
+        text = sc.render({**doc, "notes": notes}, summary)
     else:
-        summary = sc.summarize(rows, settings, extras)
-    text = sc.render(doc, summary)
+        status = doc.get("status", "completed")
+        reason = None
+        if status == "running":
+            reason = _why_still_running(doc)
+            notes.append(reason)
+        summary, checks = recompute(sc, doc, rows, reason=reason)
+        passed = status == "completed" and all(c.passed for c in checks)
+        if status == "completed" and passed != bool(doc.get("passed")):
+            notes.append(
+                f"run.json recorded {'PASS' if doc.get('passed') else 'FAIL'} (exit code {doc.get('exit_code')}); the raw files now say "
+                f"{'PASS' if passed else 'FAIL'}: were they edited after the run?"
+            )
+        view = {**doc, "passed": passed, "checks": [c.to_json() for c in checks], "notes": notes}
+        text = sc.render(view, summary)
     (path / "report.md").write_text(text)
     return text
+
+
+def _why_still_running(doc: dict) -> str:
+    proc = doc.get("process") or {}
+    pid, started = proc.get("pid"), proc.get("started")
+    alive = False
+    if isinstance(pid, int):
+        try:
+            p = psutil.Process(pid)
+            alive = started is None or abs(p.create_time() - started) < 1.0
+        except psutil.Error:
+            alive = False
+    if alive:
+        return f"the run is still going (kstress pid {pid}): these are the turns recorded so far"
+    return f"the run was cut short: run.json was never completed (its kstress process{f', pid {pid},' if pid else ''} is gone, killed?)"
 
 
 __all__ = [
@@ -58,6 +86,7 @@ __all__ = [
     "StressSettings",
     "Target",
     "all_checks",
+    "recompute",
     "rerender",
     "run_abtest",
     "run_batch",
