@@ -53,7 +53,8 @@ def test_requests_stats_and_reset(start_mock) -> None:
     m.chat(compose("!batch2", "r2"), stream=False)
     m.chat(compose("!nosuch", "r3"))
     recent = m.request("GET", "/_mock/requests?n=2").json()["requests"]
-    assert [(r["nonce"] if "nonce" in r else None, r["status"]) for r in recent] == [("r2", 200), (None, 400)]
+    # a refused marker's request still names its nonce: the store tracks it too
+    assert [(r.get("nonce"), r["status"]) for r in recent] == [("r2", 200), ("r3", 400)]
     assert recent[0]["plan"] == "batch" and recent[0]["stream"] is False and recent[0]["ms"] >= 0
     assert "unknown marker" in recent[1]["error"]
     assert len(m.request("GET", "/_mock/requests").json()["requests"]) == 3
@@ -61,7 +62,7 @@ def test_requests_stats_and_reset(start_mock) -> None:
     stats = m.stats()
     assert stats["requests"] == 3 and stats["bad_requests"] == 1
     assert stats["plans"] == {"text": 1, "batch": 1}
-    assert stats["inflight"] == 0 and stats["hanging"] == 0 and stats["nonces_tracked"] == 1
+    assert stats["inflight"] == 0 and stats["hanging"] == 0 and stats["nonces_tracked"] == 3
 
     assert m.request("POST", "/_mock/reset").json() == {"reset": True}
     stats = m.stats()
@@ -164,7 +165,7 @@ def test_log_writes_one_json_line_per_request(start_mock, tmp_path: Path) -> Non
     assert [(r.get("nonce"), r["status"], r["path"]) for r in recs] == [
         ("l1", 200, "/v1/chat/completions"),
         ("l2", 200, "/v1/chat/completions"),
-        (None, 400, "/v1/chat/completions"),
+        ("l3", 400, "/v1/chat/completions"),
     ]
     assert recs[1]["plan"] == "batch" and recs[1]["marker"] == "!batch3" and recs[1]["stream"] is False
     assert all({"ts", "ms", "status", "path"} <= set(r) for r in recs)
