@@ -300,7 +300,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         }  # fmt: skip
         state.counters["verdicts_ok" if line.all_ok else "verdicts_bad"] += 1
         state.plans[f"{plan.kind}:verdict"] += 1
-        return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks))
+        return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks, nonce=plan.nonce))
 
     state.plans[plan.kind] += 1
     if plan.kind == "err":
@@ -321,7 +321,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
 
     headers = None
     if plan.has_tools:
-        reply = Reply(calls=plan.calls, finish="tool_calls")
+        reply = Reply(calls=plan.calls, finish="tool_calls", nonce=plan.nonce)
         if plan.quirk is not None:
             applies = dialect.name in QUIRK_DIALECTS[plan.quirk]
             entry.quirk, entry.quirk_applied = plan.quirk, applies
@@ -335,7 +335,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
                 headers = {"X-Kstress-Quirk-Skipped": f"{plan.quirk} applies to {', '.join(sorted(QUIRK_DIALECTS[plan.quirk]))}"}
         ex.tool_stream = True
     else:
-        reply = Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks)
+        reply = Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks, nonce=plan.nonce)
         entry.text_verdict = rec["text_verdict"] = text_verdict(plan.nonce)
     return await _reply(request, dialect, settings, state, ex, turn, model, reply, headers)
 
@@ -504,8 +504,8 @@ def _build_shape(dialect: Dialect, token: str | None, length: int, settings: Moc
 
     def reply_for(plan: Plan) -> Reply:
         if plan.calls:
-            return Reply(calls=plan.calls, finish="tool_calls")
-        return Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks)
+            return Reply(calls=plan.calls, finish="tool_calls", nonce=plan.nonce)
+        return Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks, nonce=plan.nonce)
 
     def render(nonce: str) -> list[str]:
         plan = plan_for(nonce)

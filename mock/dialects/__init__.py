@@ -14,9 +14,11 @@ live outside (``mock.markers``, ``mock.verdict``, ``mock.server``).
 
 from __future__ import annotations
 
+from .anthropic import ANTHROPIC
 from .base import BadRequest, Dialect, Reply, Turn, text_reply
 from .chat import CHAT
+from .responses import RESPONSES
 
-BY_NAME: dict[str, Dialect] = {d.name: d for d in (CHAT,)}
+BY_NAME: dict[str, Dialect] = {d.name: d for d in (CHAT, ANTHROPIC, RESPONSES)}
 
-__all__ = ["BY_NAME", "BadRequest", "CHAT", "Dialect", "Reply", "Turn", "text_reply"]
+__all__ = ["ANTHROPIC", "BY_NAME", "BadRequest", "CHAT", "Dialect", "RESPONSES", "Reply", "Turn", "text_reply"]

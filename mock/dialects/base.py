@@ -45,6 +45,7 @@ class Reply:
     quirk: str | None = None  # only a quirk that applies to the dialect
     finish: str = "stop"  # stop | tool_calls (chat's names; each dialect maps them)
     pieces: int = 20  # a text reply is streamed in this many pieces (--text-chunks)
+    nonce: str | None = None  # the input's, for ids a dialect derives from it
 
     @property
     def completion_chars(self) -> int:
