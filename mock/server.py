@@ -35,6 +35,7 @@ from .markers import (
     text_verdict,
 )
 from .script import Script
+from .store import CAPACITY as STORE_CAPACITY
 from .store import FIRST_BYTE, LAST_BYTE, QUERY_LIMIT, STATUS, Entry, VerdictStore
 from .verdict import check_history, verdict_text
 
@@ -61,6 +62,8 @@ class MockSettings:
     # Also serve on this unix socket: inside a private network namespace the
     # TCP port is unreachable from the host, a socket file is not.
     unix_path: Path | None = None
+    # nonces the verdict store keeps (the newest; /_mock/verdicts answers null for older ones)
+    store_capacity: int = STORE_CAPACITY
 
     def __post_init__(self) -> None:
         def rule(ok: bool, name: str, value: Any, want: str) -> None:
@@ -74,6 +77,7 @@ class MockSettings:
         rule(1 <= self.tool_ms <= MS_MAX, "tool_ms", self.tool_ms, f"use 1 to {MS_MAX}")
         rule(1 <= self.mixed_ms <= MS_MAX, "mixed_ms", self.mixed_ms, f"use 1 to {MS_MAX}")
         rule(bool(self.host), "host", self.host, "give an address to bind, e.g. 127.0.0.1")
+        rule(1 <= self.store_capacity <= 10_000_000, "store_capacity", self.store_capacity, "use 1 to 10000000")
 
     @property
     def paced(self) -> bool:
@@ -620,7 +624,7 @@ def create_app(settings: MockSettings | None = None) -> web.Application:
     settings = settings or MockSettings()
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[SETTINGS_KEY] = settings
-    app[STATE_KEY] = MockState()
+    app[STATE_KEY] = MockState(store=VerdictStore(settings.store_capacity))
     for dialect in BY_NAME.values():
         handler = chat_completions if dialect is CHAT else _route(dialect)
         for path in dialect.paths:

@@ -57,6 +57,19 @@ def _has_tool_result(content: Any) -> bool:
     return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
 
 
+def _answers_tools(messages: list[Any], k: int) -> bool:
+    """Message k is a user message of tool results: it holds tool_result blocks,
+    or it follows the assistant's tool_use blocks (a kernel that lost every
+    result still answers the calls, with got=0)."""
+    m = messages[k]
+    if not isinstance(m, dict) or m.get("role") != "user":
+        return False
+    if _has_tool_result(m.get("content")):
+        return True
+    prev = messages[k - 1] if k else None
+    return isinstance(prev, dict) and prev.get("role") == "assistant" and bool(_blocks(prev.get("content"), "tool_use"))
+
+
 def _blocks(content: Any, kind: str) -> list[dict[str, Any]]:
     if not isinstance(content, list):
         return []
@@ -80,11 +93,11 @@ class AnthropicDialect(Dialect):
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' is missing or empty; send at least one user message", "messages")
         # tool results arrive in user messages too: the input is the latest user
-        # message that holds none
+        # message that is not an answer to tool calls
         user_at = None
         for k in range(len(messages) - 1, -1, -1):
             m = messages[k]
-            if isinstance(m, dict) and m.get("role") == "user" and not _has_tool_result(m.get("content")):
+            if isinstance(m, dict) and m.get("role") == "user" and not _answers_tools(messages, k):
                 user_at = k
                 break
         if user_at is None:
@@ -92,11 +105,10 @@ class AnthropicDialect(Dialect):
                 "'messages' holds no user message without tool_result blocks; the mock reads its markers from the latest one",
                 "messages",
             )
-        last = messages[-1]
         model = body.get("model")
         return Turn(
             user_text=message_text(messages[user_at].get("content")),
-            followup=isinstance(last, dict) and last.get("role") == "user" and _has_tool_result(last.get("content")),
+            followup=messages[-1] is not messages[user_at] and _answers_tools(messages, len(messages) - 1),
             stream=bool(body.get("stream")),
             model=model if isinstance(model, str) and model else None,
             include_usage=True,

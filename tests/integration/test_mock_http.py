@@ -44,7 +44,18 @@ def test_liveness_probes_answer_200(mock_server, method: str, path: str) -> None
 def test_unknown_route_is_an_openai_style_404(mock_server) -> None:
     reply = mock_server.request("GET", "/v1/nowhere")
     assert reply.status == 404
-    assert "no route GET /v1/nowhere" in reply.json()["error"]["message"]
+    message = reply.json()["error"]["message"]
+    assert "no route GET /v1/nowhere" in message
+    for endpoint in ("/v1/chat/completions", "/v1/messages", "/v1/responses"):
+        assert f"POST {endpoint}" in message
+
+
+def test_models_answers_both_vendors_shapes(mock_server) -> None:
+    body = mock_server.request("GET", "/v1/models").json()
+    (m,) = body["data"]
+    assert {"id", "object", "created", "owned_by", "type", "display_name", "created_at"} <= set(m)
+    assert body["has_more"] is False and body["first_id"] == body["last_id"] == "kstress-mock"
+    assert mock_server.request("GET", "/v1/models/gpt-x").json()["id"] == "gpt-x"
 
 
 def test_requests_stats_and_reset(start_mock) -> None:
@@ -371,4 +382,27 @@ def test_templated_replies_equal_the_general_path(start_mock, include_usage: boo
     assert cached == len(SHAPE_TEXTS)
     assert _normalised(fast.chat("run !batch4 now #zyxwvuts").body) == _normalised(general.chat("run !batch4 now #zyxwvuts").body)
     assert fast.stats()["shapes_cached"] == cached
+    assert general.stats()["shapes_cached"] == 0
+
+
+
+def _normalised_dialect(raw: bytes) -> bytes:
+    import re
+
+    raw = re.sub(rb"(msg|resp)_[0-9a-f]{24}", rb"\1_X", raw)
+    return re.sub(rb'"created_at":\d+', b'"created_at":0', raw)
+
+
+@pytest.mark.parametrize("dialect", ["anthropic", "responses"])
+def test_templated_replies_equal_the_general_path_on_the_other_dialects(start_mock, dialect: str) -> None:
+    from mockhelpers import PATHS, first_body
+
+    fast = start_mock()
+    general = start_mock(chunk_delay_ms=1)
+    for text in SHAPE_TEXTS:
+        a = fast.request("POST", PATHS[dialect], first_body(dialect, text, True))
+        b = general.request("POST", PATHS[dialect], first_body(dialect, text, True))
+        assert a.status == b.status == 200
+        assert _normalised_dialect(a.body) == _normalised_dialect(b.body), text
+    assert fast.stats()["shapes_cached"] == len(SHAPE_TEXTS)
     assert general.stats()["shapes_cached"] == 0
