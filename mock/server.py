@@ -1,5 +1,9 @@
 """The mock LLM as an aiohttp application, and a runner that owns its socket.
 
+One handler serves every dialect (``mock/dialects``): read the request into a
+neutral turn, plan from its markers, judge a follow-up, record the outcome in
+the verdict store (``mock/store.py``), then let the dialect encode the reply.
+
 ``create_app(settings)`` is a plain ``web.Application`` factory; ``MockServer``
 is the lifecycle (an async context manager that binds, reports its URL and
 closes idempotently). No signal handlers are installed here: that is the CLI's
@@ -291,12 +295,12 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
     entry.plan, entry.marker = plan.kind, plan.marker
 
     if turn.followup:
-        end = entry.tool_stream_end
+        end = entry.get("tool_stream_end")
         tool_ms = None if end is None else int((ex.arrival - end) * 1000)
         sent, results = dialect.history(turn)
         line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan))
         entry.verdict = line
-        entry.verdicts += 1
+        entry.verdicts = entry.get("verdicts", 0) + 1
         rec["verdict"] = line.format()
         rec["check"] = {
             "expected": line.expected, "got": line.got, "ids": line.ids, "args": line.args, "order": line.order,

@@ -14,6 +14,10 @@ from .base import BadRequest, Dialect, Reply, Turn, message_text, usage
 _OVERLOAD = ": the engine is currently overloaded"
 
 
+def _include_usage(opts: Any) -> bool:
+    return isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+
 class ChatDialect(Dialect):
     name = "chat"
     paths = ("/v1/chat/completions", "/chat/completions")
@@ -28,18 +32,20 @@ class ChatDialect(Dialect):
         if user_at is None:
             raise BadRequest("'messages' holds no user message; the mock reads its markers from the latest one", "messages")
         stream = bool(body.get("stream"))
-        opts = body.get("stream_options")
         model = body.get("model")
         last = messages[-1]
+        content = messages[user_at].get("content")
+        # positional, and the common string content read directly: this runs
+        # once per request on the mock's hot path
         return Turn(
-            user_text=message_text(messages[user_at].get("content")),
-            followup=isinstance(last, dict) and last.get("role") == "tool",
-            stream=stream,
-            model=model if isinstance(model, str) and model else None,
-            include_usage=stream and isinstance(opts, dict) and bool(opts.get("include_usage")),
-            n_messages=len(messages),
-            body=body,
-            user_at=user_at,
+            content if isinstance(content, str) else message_text(content),
+            isinstance(last, dict) and last.get("role") == "tool",
+            stream,
+            model if isinstance(model, str) and model else None,
+            stream and _include_usage(body.get("stream_options")),
+            len(messages),
+            body,
+            user_at,
         )
 
     def history(self, turn: Turn) -> tuple[list[SentCall], list[ToolResult]]:
@@ -125,10 +131,10 @@ class ChatDialect(Dialect):
         renderer = wire.Renderer(model=model, include_usage=turn.include_usage, coalesce=True)
         use = self._usage(turn, info["completion_chars"]) if turn.include_usage else None
         body = template.fill(nonce, renderer.head, renderer.tail).encode()
-        return renderer.close_events([body], "tool_calls" if info["has_tools"] else "stop", use)
+        return renderer.close_events([body], info["finish"], use)
 
     def template_info(self, plan: Plan, reply: Reply) -> dict[str, Any]:
-        return {"completion_chars": reply.completion_chars, "has_tools": bool(reply.calls)}
+        return {"completion_chars": reply.completion_chars, "finish": "tool_calls" if reply.calls else "stop"}
 
 
 CHAT = ChatDialect()
