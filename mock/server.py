@@ -271,7 +271,8 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
             if shape.has_tools:
                 ex.tool_stream = True
             else:
-                entry.text_verdict = rec["text_verdict"] = text_verdict(nonce)
+                entry.text_verdict = True
+                rec["text_verdict"] = text_verdict(nonce)
             events = dialect.template_fill(shape.template, nonce, shape.info, turn, model)
             return await _send(request, events, settings, state, ex, dialect)
 
@@ -344,7 +345,8 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         ex.tool_stream = True
     else:
         reply = Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks, nonce=plan.nonce)
-        entry.text_verdict = rec["text_verdict"] = text_verdict(plan.nonce)
+        entry.text_verdict = True
+        rec["text_verdict"] = text_verdict(plan.nonce)
     return await _reply(request, dialect, settings, state, ex, turn, model, reply, headers)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Iterable
 
-from .markers import VerdictLine
+from .markers import VerdictLine, text_verdict
 
 CAPACITY = 65_536
 MAX_RECORDS = 64
@@ -68,7 +68,7 @@ class Entry:
     quirk_applied: bool | None
     verdict: VerdictLine | None
     verdicts: int
-    text_verdict: str | None
+    text_verdict: bool  # served; the line is rendered on query, not kept per nonce
     fault: str | None
     hung: bool
     error: str | None
@@ -113,7 +113,7 @@ class Entry:
             "requests": self.requests,
             "verdict": verdict,
             "verdicts": get("verdicts", 0),
-            "text_verdict": get("text_verdict"),
+            "text_verdict": text_verdict(self.nonce) if get("text_verdict") else None,
             "fault": None if get("fault") is None else {"kind": self.fault, "injected": True},
             "hung": get("hung", False),
             "error": get("error"),
