@@ -1,6 +1,8 @@
-"""kstress mock LLM: a deterministic OpenAI-compatible server whose replies are
-chosen by markers in the user message and whose follow-ups carry a verdict on
-what the kernel did with the tool calls. A program of its own: ``python -m mock``.
+"""kstress mock LLM: a deterministic server speaking OpenAI chat completions,
+Anthropic Messages and OpenAI Responses, whose replies are chosen by markers in
+the user message and whose follow-ups carry a verdict on what the kernel did
+with the tool calls (kept per nonce in a store, /_mock/verdicts, too). A program
+of its own: ``python -m mock``.
 
 Public surface::
 

@@ -25,7 +25,7 @@ EXIT_USAGE = 2
 
 
 def parser(prog: str = "python -m mock") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run the deterministic mock LLM (OpenAI chat completions) until SIGINT/SIGTERM.")
+    p = argparse.ArgumentParser(prog=prog, description="Run the deterministic mock LLM (OpenAI chat completions, Anthropic Messages, OpenAI Responses) until SIGINT/SIGTERM.")
     p.add_argument("--host", default="127.0.0.1", help="Address to bind. [default: 127.0.0.1]")
     p.add_argument("--port", default=0, type=int, help="Port; 0 picks a free one and prints it. [default: 0]")
     p.add_argument("--ttft-ms", default=0, type=int, help="Delay before the first byte of a stream. [default: 0]")

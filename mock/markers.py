@@ -30,7 +30,12 @@ DEFAULT_MIXED_MS = 50
 DEFAULT_QUIRK_N = 3
 
 ERR_KINDS = ("500", "429", "503", "midstream", "disconnect", "malformed")
-QUIRKS = (
+
+# The LLM APIs the mock speaks. One plan model for all: the same calls, names and
+# arguments; only the wire encoding and the id prefixes differ (wire_id below).
+DIALECTS = ("chat", "anthropic", "responses")
+
+CHAT_QUIRKS = (
     "noindex",
     "noindex_whole",
     "index1_first",
@@ -49,6 +54,69 @@ QUIRKS = (
     "event_line",
     "nodone",
 )
+ANTHROPIC_QUIRKS = (
+    "delta_before_start",
+    "overlap_blocks",
+    "no_content",
+    "empty_json_delta",
+    "drop_json_delta",
+    "no_event_line",
+)
+RESPONSES_QUIRKS = (
+    "delta_before_added",
+    "dup_output_index",
+    "item_never_done",
+    "no_completed",
+    "changed_response_id",
+)
+# Every quirk name, chat's first and in their old order (callers iterate this
+# tuple against a chat kernel: a quirk of another dialect streams the batch
+# without deviation there, see QUIRK_DIALECTS).
+QUIRKS = CHAT_QUIRKS + ANTHROPIC_QUIRKS + RESPONSES_QUIRKS
+# quirk -> the dialects it deviates on. index1_first means the same on all
+# three: the first call/block/item numbered 1 instead of 0.
+QUIRK_DIALECTS: dict[str, frozenset[str]] = {
+    **{q: frozenset({"chat"}) for q in CHAT_QUIRKS},
+    "index1_first": frozenset(DIALECTS),
+    **{q: frozenset({"anthropic"}) for q in ANTHROPIC_QUIRKS},
+    **{q: frozenset({"responses"}) for q in RESPONSES_QUIRKS},
+}
+
+
+def quirks_for(dialect: str) -> tuple[str, ...]:
+    """The quirks that deviate on ``dialect``, in QUIRKS order."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; dialects: {', '.join(DIALECTS)}")
+    return tuple(q for q in QUIRKS if dialect in QUIRK_DIALECTS[q])
+
+
+# Tool-call ids on each dialect's wire. Plans carry the chat form
+# call_<nonce>_<i>; the others follow their API's convention (Anthropic tool_use
+# ids toolu_..., Responses function_call items fc_... with call_id call_...).
+# The nonce and the index stay readable from every form (parse_call_id).
+ID_PREFIXES = {"chat": "call_", "anthropic": "toolu_", "responses": "call_"}
+ITEM_PREFIX = "fc_"
+_CALL_ID_RE = re.compile(r"^(?:call|toolu|fc)_(?P<nonce>[A-Za-z0-9_-]+)_(?P<i>\d+)$")
+
+
+def wire_id(call_id: str, dialect: str) -> str:
+    """The id a plan's call (``Call.id``, ``call_...``) has on ``dialect``'s wire."""
+    if dialect == "anthropic" and call_id.startswith("call_"):
+        return "toolu_" + call_id[5:]
+    return call_id
+
+
+def item_id(call_id: str) -> str:
+    """The Responses ``function_call`` item id that goes with a plan's call id."""
+    return ITEM_PREFIX + call_id[5:] if call_id.startswith("call_") else ITEM_PREFIX + call_id
+
+
+def parse_call_id(wire: str) -> tuple[str, int] | None:
+    """(nonce, index) of a mock-made id in any dialect's form, or None."""
+    m = _CALL_ID_RE.match(wire) if isinstance(wire, str) else None
+    return (m.group("nonce"), int(m.group("i"))) if m else None
+
+
 # name -> (takes a count, max number of ":" arguments)
 MARKERS: dict[str, tuple[bool, int]] = {
     "batch": (True, 0),

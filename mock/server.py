@@ -1,5 +1,9 @@
 """The mock LLM as an aiohttp application, and a runner that owns its socket.
 
+One handler serves every dialect (``mock/dialects``): read the request into a
+neutral turn, plan from its markers, judge a follow-up, record the outcome in
+the verdict store (``mock/store.py``), then let the dialect encode the reply.
+
 ``create_app(settings)`` is a plain ``web.Application`` factory; ``MockServer``
 is the lifecycle (an async context manager that binds, reports its URL and
 closes idempotently). No signal handlers are installed here: that is the CLI's
@@ -11,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +24,24 @@ from aiohttp import web
 
 from . import wire
 from .catalog import DEFAULT_CATALOG, Catalog
+from .dialects import BY_NAME, CHAT, BadRequest, Dialect, Reply, Turn, text_reply
 from .errors import ConfigError, MarkerError
-from .markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, MS_MAX, Call, Plan, build_plan, find_nonce, parse_marker, text_verdict
+from .markers import (
+    DEFAULT_MIXED_MS,
+    DEFAULT_TOOL_MS,
+    MS_MAX,
+    QUIRK_DIALECTS,
+    Call,
+    Plan,
+    build_plan,
+    find_nonce,
+    parse_marker,
+    text_verdict,
+)
 from .script import Script
-from .verdict import StreamClock, check, latest_user_index, message_text, verdict_text
+from .store import CAPACITY as STORE_CAPACITY
+from .store import FIRST_BYTE, LAST_BYTE, QUERY_LIMIT, STATUS, Entry, VerdictStore
+from .verdict import check_history, verdict_text
 
 RECENT_CAPACITY = 1000
 HANG_LIMIT_S = MS_MAX / 1000
@@ -49,6 +66,8 @@ class MockSettings:
     # Also serve on this unix socket: inside a private network namespace the
     # TCP port is unreachable from the host, a socket file is not.
     unix_path: Path | None = None
+    # nonces the verdict store keeps (the newest; /_mock/verdicts answers null for older ones)
+    store_capacity: int = STORE_CAPACITY
 
     def __post_init__(self) -> None:
         def rule(ok: bool, name: str, value: Any, want: str) -> None:
@@ -62,6 +81,7 @@ class MockSettings:
         rule(1 <= self.tool_ms <= MS_MAX, "tool_ms", self.tool_ms, f"use 1 to {MS_MAX}")
         rule(1 <= self.mixed_ms <= MS_MAX, "mixed_ms", self.mixed_ms, f"use 1 to {MS_MAX}")
         rule(bool(self.host), "host", self.host, "give an address to bind, e.g. 127.0.0.1")
+        rule(1 <= self.store_capacity <= 10_000_000, "store_capacity", self.store_capacity, "use 1 to 10000000")
 
     @property
     def paced(self) -> bool:
@@ -70,27 +90,41 @@ class MockSettings:
 
 @dataclass
 class MockState:
-    """Counters, the recent-request ring and the stream clock of one app."""
+    """Counters, the recent-request ring, the verdict store and the request log of one app."""
 
     counters: collections.Counter = field(default_factory=collections.Counter)
     plans: collections.Counter = field(default_factory=collections.Counter)
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RECENT_CAPACITY))
-    clock: StreamClock = field(default_factory=StreamClock)
+    store: VerdictStore = field(default_factory=VerdictStore)
     inflight: int = 0
     hanging: int = 0
     started: float = field(default_factory=time.time)
     log: IO[str] | None = None
-    # (marker token, nonce length) -> _Shape, or None when it cannot be templated;
-    # a pure function of the settings, so reset() keeps it
-    shapes: dict[tuple[str | None, int], "_Shape | None"] = field(default_factory=dict)
+    # (dialect, marker token, nonce length) -> _Shape, or None when it cannot be
+    # templated; a pure function of the settings, so reset() keeps it
+    shapes: dict[tuple[str, str | None, int], "_Shape | None"] = field(default_factory=dict)
 
     def reset(self) -> None:
         self.counters.clear()
         self.plans.clear()
         self.recent.clear()
-        self.clock.clear()
+        self.store.clear()
 
-    def record(self, rec: dict[str, Any]) -> None:
+    def commit(self, ex: "_Exchange", status: int) -> None:
+        """Record a request for good: its status and byte times in the store,
+        its line in the ring and the log. Called right before the last byte of
+        its response is written (or when it ends without one), never after:
+        whoever got the response can query the mock about it at once."""
+        ex.committed = True
+        rec = ex.rec
+        rec["status"] = status
+        rec["t_arrival"] = ex.arrival
+        rec["t_first_byte"] = ex.first_byte
+        rec["t_last_byte"] = ex.last_byte
+        rec["ms"] = int((time.monotonic() - ex.arrival) * 1e6) / 1e3
+        r = ex.record
+        if r is not None:
+            r[STATUS], r[FIRST_BYTE], r[LAST_BYTE] = status, ex.first_byte, ex.last_byte
         self.recent.append(rec)
         if self.log is not None:
             self.log.write(json.dumps(rec, separators=(",", ":")) + "\n")
@@ -100,7 +134,8 @@ class MockState:
             "uptime_s": round(time.time() - self.started, 3),
             "inflight": self.inflight,
             "hanging": self.hanging,
-            "nonces_tracked": len(self.clock),
+            "nonces_tracked": len(self.store),
+            "nonces_evicted": self.store.evicted,
             "shapes_cached": sum(1 for v in self.shapes.values() if v is not None),
             **dict(self.counters),
             "plans": dict(self.plans),
@@ -111,10 +146,34 @@ SETTINGS_KEY = web.AppKey("settings", MockSettings)
 STATE_KEY = web.AppKey("state", MockState)
 
 
-def _usage(messages: list, completion_chars: int) -> dict[str, int]:
-    prompt = sum(len(message_text(m.get("content"))) for m in messages if isinstance(m, dict))
-    p, c = math.ceil(prompt / 4), math.ceil(completion_chars / 4)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+class _Exchange:
+    """One request on its way: its log line, its store entry and record, and
+    when its bytes went out."""
+
+    __slots__ = ("rec", "arrival", "entry", "record", "first_byte", "last_byte", "committed", "tool_stream")
+
+    def __init__(self, rec: dict[str, Any], arrival: float) -> None:
+        self.rec = rec
+        self.arrival = arrival
+        self.entry: Entry | None = None
+        self.record: list[Any] | None = None
+        self.first_byte: float | None = None
+        self.last_byte: float | None = None
+        self.committed = False
+        # this response carries tool calls: its last byte starts the nonce's tool phase
+        self.tool_stream = False
+
+    def attach(self, entry: Entry, turn: Turn, dialect: str) -> Entry:
+        self.entry = entry
+        self.record = entry.add_record(self.arrival, turn.followup, dialect, turn.stream)
+        return entry
+
+    def sent(self, first: float | None, last: float) -> None:
+        """The response's first and last bytes are being handed to the socket now."""
+        self.first_byte = last if first is None else first
+        self.last_byte = last
+        if self.tool_stream and self.entry is not None:
+            self.entry.tool_stream_end = last
 
 
 def _json_error(
@@ -128,27 +187,27 @@ def _json_error(
     return web.json_response(wire.error_body(message, type_, code, param), status=status, headers=headers)
 
 
-class _Reply:
-    """What one chat request gets: events to stream, or a complete object."""
+def _respond(state: MockState, ex: _Exchange, status: int, body: Any, headers: dict | None = None) -> web.Response:
+    """A complete JSON response, committed before aiohttp writes it."""
+    now = time.monotonic()
+    ex.sent(now, now)
+    state.commit(ex, status)
+    return web.json_response(body, status=status, headers=headers)
 
-    __slots__ = ("events", "content", "calls", "finish", "status", "error", "headers", "plan_kind", "verdict", "verdict_ok", "nonce", "mark_nonce")
 
-    def __init__(self) -> None:
-        self.events: list[bytes] | None = None
-        self.content: str | None = None
-        self.calls: tuple[Call, ...] = ()
-        self.finish: str | None = None
-        self.status = 200
-        self.error: dict[str, Any] | None = None
-        self.headers: dict[str, str] | None = None
-        self.plan_kind = "text"
-        self.verdict: str | None = None
-        self.verdict_ok = False
-        self.nonce: str | None = None
-        self.mark_nonce = False
+def _route(dialect: Dialect):
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await _handle(request, dialect)
+
+    handler.__name__ = f"{dialect.name}_handler"
+    return handler
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _handle(request, CHAT)
+
+
+async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
     settings = request.app[SETTINGS_KEY]
     state = request.app[STATE_KEY]
     state.inflight += 1
@@ -157,115 +216,196 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     # int()/1e6 rather than round(x, 6): the same digits, but round() with
     # ndigits goes through a decimal conversion that cost 5% of the mock's
     # requests/s under make bench
-    rec: dict[str, Any] = {"ts": int(time.time() * 1e6) / 1e6, "path": request.path}
+    ex = _Exchange({"ts": int(time.time() * 1e6) / 1e6, "path": request.path, "dialect": dialect.name}, t0)
+    status = 500
     try:
-        resp = await _chat(request, settings, state, rec)
-        rec["status"] = resp.status
+        resp = await _serve(request, dialect, settings, state, ex)
+        status = resp.status
         return resp
     except asyncio.CancelledError:
         # handler_cancellation: the client went away (e.g. gave up on a hang)
         state.counters["disconnects"] += 1
-        rec["status"] = 499
+        status = 499
         raise
     finally:
         state.inflight -= 1
-        rec["ms"] = int((time.monotonic() - t0) * 1e6) / 1e3
-        state.record(rec)
+        if not ex.committed:
+            state.commit(ex, status)
+        elif status == 499:
+            # after the commit: the ring and the store say so, the log line stays
+            ex.rec["status"] = 499
+            if ex.record is not None:
+                ex.record[STATUS] = 499
 
 
-async def _chat(request: web.Request, settings: MockSettings, state: MockState, rec: dict[str, Any]) -> web.StreamResponse:
+async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings, state: MockState, ex: _Exchange) -> web.StreamResponse:
+    rec = ex.rec
     raw = await request.read()
     try:
         body = json.loads(raw)
     except ValueError as exc:
         state.counters["bad_requests"] += 1
-        return _json_error(400, f"the request body is not valid JSON ({exc}); send a chat.completions request object")
-    if not isinstance(body, dict):
+        msg = f"the request body is not valid JSON ({exc}); send a {dialect.name} request object"
+        return _respond(state, ex, 400, dialect.error(400, msg))
+    try:
+        turn = dialect.read(body)
+    except BadRequest as exc:
         state.counters["bad_requests"] += 1
-        return _json_error(400, "the request body must be a JSON object with a 'messages' list")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        state.counters["bad_requests"] += 1
-        return _json_error(400, "'messages' is missing or empty; send at least one user message", param="messages")
-    user_at = latest_user_index(messages)
-    if user_at is None:
-        state.counters["bad_requests"] += 1
-        return _json_error(400, "'messages' holds no user message; the mock reads its markers from the latest one", param="messages")
-    stream = bool(body.get("stream"))
-    opts = body.get("stream_options")
-    include_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
-    model = body.get("model") if isinstance(body.get("model"), str) and body.get("model") else settings.model
-    user_text = message_text(messages[user_at].get("content"))
-    followup = isinstance(messages[-1], dict) and messages[-1].get("role") == "tool"
-    rec["stream"] = stream
-    rec["n_messages"] = len(messages)
-    rec["followup"] = followup
+        rec["error"] = exc.message
+        return _respond(state, ex, 400, dialect.error(400, exc.message, exc.param))
+    model = turn.model or settings.model
+    rec["stream"] = turn.stream
+    rec["n_messages"] = turn.n_messages
+    rec["followup"] = turn.followup
 
-    if stream and not followup and settings.script is None and not settings.chunk_delay_ms:
-        found = _shape_for(user_text, settings, state)
+    if turn.stream and not turn.followup and settings.script is None and not settings.chunk_delay_ms:
+        found = _shape_for(dialect, turn.user_text, settings, state)
         if found is not None:
             shape, nonce = found
             rec["plan"] = shape.kind
             rec["nonce"] = nonce
             rec["marker"] = shape.marker
             state.plans[shape.kind] += 1
-            renderer = wire.Renderer(model=model, include_usage=include_usage, coalesce=True)
-            usage = _usage(messages, shape.completion_chars) if include_usage else None
-            body_ = shape.template.fill(nonce, renderer.head, renderer.tail).encode()
-            events = renderer.close_events([body_], shape.finish, usage)
-            return await _send(request, events, settings, state, rec, nonce if shape.has_tools else None)
+            entry = ex.attach(state.store.entry(nonce), turn, dialect.name)
+            entry.plan, entry.marker = shape.kind, shape.marker
+            if shape.has_tools:
+                ex.tool_stream = True
+            else:
+                entry.text_verdict = True
+                rec["text_verdict"] = text_verdict(nonce)
+            events = dialect.template_fill(shape.template, nonce, shape.info, turn, model)
+            return await _send(request, events, settings, state, ex, dialect)
 
     if settings.script is not None:
-        reply = _scripted(settings.script, rec)
-        plan: Plan | None = None
-    else:
-        try:
-            plan = build_plan(user_text, settings.catalog, settings.tool_ms, settings.mixed_ms)
-        except MarkerError as exc:
-            state.counters["bad_requests"] += 1
-            rec["error"] = str(exc)
-            return _json_error(400, str(exc), param="messages", code="kstress_marker")
-        reply = _planned(plan, messages, user_at, followup, settings, state)
-        rec["plan"] = plan.kind
-        rec["nonce"] = plan.nonce
-        rec["marker"] = plan.marker
-    state.plans[reply.plan_kind] += 1
-    if reply.verdict:
-        rec["verdict"] = reply.verdict
-        state.counters["verdicts_ok" if reply.verdict_ok else "verdicts_bad"] += 1
+        return await _scripted(request, dialect, settings, state, ex, turn, model)
 
-    if reply.error is not None:
+    try:
+        plan = build_plan(turn.user_text, settings.catalog, settings.tool_ms, settings.mixed_ms)
+    except MarkerError as exc:
+        state.counters["bad_requests"] += 1
+        rec["error"] = str(exc)
+        nonce = find_nonce(turn.user_text)
+        if nonce is not None:
+            rec["nonce"] = nonce
+            ex.attach(state.store.entry(nonce), turn, dialect.name).error = str(exc)
+        return _respond(state, ex, 400, dialect.error(400, str(exc), "messages", "kstress_marker"))
+    rec["plan"] = plan.kind
+    rec["nonce"] = plan.nonce
+    rec["marker"] = plan.marker
+    entry = ex.attach(state.store.entry(plan.nonce), turn, dialect.name)
+    entry.plan, entry.marker = plan.kind, plan.marker
+
+    if turn.followup:
+        end = entry.get("tool_stream_end")
+        tool_ms = None if end is None else int((ex.arrival - end) * 1000)
+        sent, results = dialect.history(turn)
+        line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan))
+        entry.verdict = line
+        entry.verdicts = entry.get("verdicts", 0) + 1
+        rec["verdict"] = line.format()
+        rec["check"] = {
+            "expected": line.expected, "got": line.got, "ids": line.ids, "args": line.args, "order": line.order,
+            "errors": line.errors, "tool_ms": line.tool_ms, "all_ok": line.all_ok,
+        }  # fmt: skip
+        state.counters["verdicts_ok" if line.all_ok else "verdicts_bad"] += 1
+        state.plans[f"{plan.kind}:verdict"] += 1
+        return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks, nonce=plan.nonce))
+
+    state.plans[plan.kind] += 1
+    if plan.kind == "err":
+        entry.fault = rec["fault"] = plan.err
         state.counters["errors_injected"] += 1
-        return web.json_response(reply.error, status=reply.status, headers=reply.headers)
+        if plan.err in ("500", "429", "503"):
+            status, err_body, headers = dialect.http_fault(plan)
+            return _respond(state, ex, status, err_body, headers)
+        return await _inject(request, dialect, settings, state, ex, turn, model, plan)
 
-    if plan is not None and plan.kind == "hang":
+    if plan.kind == "hang":
+        entry.hung = rec["hung"] = True
         state.hanging += 1
         try:
             await asyncio.sleep(HANG_LIMIT_S if plan.hang_ms is None else plan.hang_ms / 1000)
         finally:
             state.hanging -= 1
 
-    if not stream:
-        if plan is not None and plan.kind == "err" and reply.verdict is None:
-            return _nonstream_fault(request, plan, state)
-        usage = _usage(messages, len(reply.content or "") + sum(len(c.arguments) for c in reply.calls))
-        if reply.mark_nonce and reply.nonce:
-            state.clock.mark(reply.nonce)
-        return web.json_response(wire.completion(model, reply.content, reply.calls, usage, reply.finish))
+    headers = None
+    if plan.has_tools:
+        reply = Reply(calls=plan.calls, finish="tool_calls", nonce=plan.nonce)
+        if plan.quirk is not None:
+            applies = dialect.name in QUIRK_DIALECTS[plan.quirk]
+            entry.quirk, entry.quirk_applied = plan.quirk, applies
+            rec["quirk_applied"] = applies
+            if applies:
+                reply.quirk = plan.quirk
+                if plan.quirk == "finish_stop":
+                    reply.finish = "stop"
+            else:
+                # the batch goes out without deviation, and says so
+                headers = {"X-Kstress-Quirk-Skipped": f"{plan.quirk} applies to {', '.join(sorted(QUIRK_DIALECTS[plan.quirk]))}"}
+        ex.tool_stream = True
+    else:
+        reply = Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks, nonce=plan.nonce)
+        entry.text_verdict = True
+        rec["text_verdict"] = text_verdict(plan.nonce)
+    return await _reply(request, dialect, settings, state, ex, turn, model, reply, headers)
 
-    renderer = wire.Renderer(
-        model=model,
-        include_usage=include_usage,
-        per_chunk_id=plan is not None and plan.quirk == "per_chunk_id",
-        event_line="message" if plan is not None and plan.quirk == "event_line" else None,
-        coalesce=not settings.chunk_delay_ms,
-    )
-    events = _events(renderer, reply, plan, messages, settings)
-    fault = plan is not None and plan.kind == "err" and reply.verdict is None
-    if fault:
-        state.counters["errors_injected"] += 1  # midstream / disconnect / malformed
-    mark = reply.nonce if reply.mark_nonce and reply.nonce else None
-    return await _send(request, events, settings, state, rec, mark, fault)
+
+async def _reply(
+    request: web.Request,
+    dialect: Dialect,
+    settings: MockSettings,
+    state: MockState,
+    ex: _Exchange,
+    turn: Turn,
+    model: str,
+    reply: Reply,
+    headers: dict[str, str] | None = None,
+) -> web.StreamResponse:
+    if not turn.stream:
+        return _respond(state, ex, 200, dialect.complete(reply, turn, model), headers)
+    events = dialect.stream(reply, turn, model, coalesce=not settings.chunk_delay_ms)
+    return await _send(request, events, settings, state, ex, dialect, headers=headers)
+
+
+async def _inject(
+    request: web.Request, dialect: Dialect, settings: MockSettings, state: MockState, ex: _Exchange, turn: Turn, model: str, plan: Plan
+) -> web.StreamResponse:
+    """!err:midstream|disconnect|malformed"""
+    if turn.stream:
+        events = dialect.fault_events(plan, turn, model)
+        return await _send(request, events, settings, state, ex, dialect, fault=True)
+    if plan.err == "disconnect":
+        state.counters["disconnects_injected"] += 1
+        ex.sent(None, time.monotonic())
+        state.commit(ex, 200)
+        if request.transport is not None:
+            request.transport.close()
+        return web.Response(status=500)  # never reaches the client: the connection is gone
+    if plan.err == "malformed":
+        ex.sent(None, time.monotonic())
+        state.commit(ex, 200)
+        return web.Response(status=200, body=dialect.malformed_body(), content_type="application/json")
+    status, err_body = dialect.nonstream_midstream(plan)
+    return _respond(state, ex, status, err_body)
+
+
+async def _scripted(
+    request: web.Request, dialect: Dialect, settings: MockSettings, state: MockState, ex: _Exchange, turn: Turn, model: str
+) -> web.StreamResponse:
+    k, entry = settings.script.next()  # type: ignore[union-attr]
+    ex.rec["script_entry"] = k
+    state.plans[f"script:{entry.kind}"] += 1
+    if entry.kind == "error":
+        return _respond(state, ex, entry.status, dialect.error(entry.status, entry.message))
+    if entry.kind == "text":
+        reply = Reply(text=entry.text, pieces=settings.text_chunks)
+    else:
+        calls = tuple(
+            Call(index=i, id=f"call_script{k}_{i}", name=name, arguments=args, role="script", parallel_safe=True)
+            for i, (name, args) in enumerate(entry.calls)
+        )
+        reply = Reply(calls=calls, finish="tool_calls")
+    return await _reply(request, dialect, settings, state, ex, turn, model, reply)
 
 
 async def _send(
@@ -273,20 +413,26 @@ async def _send(
     events: list[bytes],
     settings: MockSettings,
     state: MockState,
-    rec: dict[str, Any],
-    mark: str | None,
+    ex: _Exchange,
+    dialect: Dialect,
     fault: bool = False,
+    headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
-    """Stream ``events``; ``mark`` is the nonce whose tool-call stream ends here."""
-    resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
+    """Stream ``events``, committing the exchange right before the last write."""
+    hdrs = {"Content-Type": dialect.content_type, "Cache-Control": "no-cache"}
+    if headers:
+        hdrs.update(headers)
+    resp = web.StreamResponse(status=200, headers=hdrs)
     try:
         await resp.prepare(request)
         if settings.ttft_ms:
             await asyncio.sleep(settings.ttft_ms / 1000)
         if fault and wire.CUT in events:
             head = events[: events.index(wire.CUT)]
-            await resp.write(b"".join(head))
             state.counters["disconnects_injected"] += 1
+            ex.sent(None, time.monotonic())
+            state.commit(ex, 200)
+            await resp.write(b"".join(head))
             # Drop the connection with the response unfinished, as a crashed
             # upstream does; aiohttp then skips the final chunk.
             if request.transport is not None:
@@ -294,23 +440,27 @@ async def _send(
             return resp
         if settings.chunk_delay_ms:
             delay = settings.chunk_delay_ms / 1000
+            last = len(events) - 1
             for k, ev in enumerate(events):
                 if k:
                     await asyncio.sleep(delay)
+                if k == 0:
+                    ex.first_byte = time.monotonic()
+                if k == last:
+                    ex.sent(ex.first_byte, time.monotonic())
+                    state.commit(ex, 200)
                 await resp.write(ev)
-            if mark:
-                state.clock.mark(mark)
             await resp.write_eof()
         else:
             # Unpaced: the whole stream in one write, headers and the chunked
             # terminator coalesced with it (one awaited write per chunk caps
             # aiohttp near 2,000 streams/s). The bytes on the wire are the same.
-            if mark:
-                state.clock.mark(mark)
+            ex.sent(None, time.monotonic())
+            state.commit(ex, 200)
             await resp.write_eof(b"".join(events))
     except _GONE:
         state.counters["disconnects"] += 1
-        rec["client_gone"] = True
+        ex.rec["client_gone"] = True
     return resp
 
 
@@ -324,18 +474,18 @@ _MISSING = object()
 @dataclass(frozen=True)
 class _Shape:
     """Everything a first (non-follow-up) streamed reply to one marker needs,
-    for every nonce of one length: the plan's kind, the stream template, and
-    the numbers that do not depend on the nonce's characters."""
+    for every nonce of one length on one dialect: the plan's kind, the stream
+    template, and what the dialect said of the shape (numbers that do not
+    depend on the nonce's characters)."""
 
     kind: str
     marker: str | None
     template: wire.StreamTemplate
-    finish: str
     has_tools: bool
-    completion_chars: int
+    info: dict[str, Any]
 
 
-def _shape_for(user_text: str, settings: MockSettings, state: MockState) -> tuple[_Shape, str] | None:
+def _shape_for(dialect: Dialect, user_text: str, settings: MockSettings, state: MockState) -> tuple[_Shape, str] | None:
     """The cached shape of this message's reply and its nonce, or None when the
     reply must be built the general way (no explicit nonce, a bad marker, a
     fault/hang/quirk marker, a nonce longer than 64)."""
@@ -346,26 +496,30 @@ def _shape_for(user_text: str, settings: MockSettings, state: MockState) -> tupl
         marker = parse_marker(user_text)
     except MarkerError:
         return None  # the general path answers 400
-    key = (marker.token if marker is not None else None, len(nonce))
+    token = marker.token if marker is not None else None
+    key = (dialect.name, token, len(nonce))
     shape = state.shapes.get(key, _MISSING)
     if shape is _MISSING:
-        shape = _build_shape(marker.token if marker is not None else None, len(nonce), settings)
+        shape = _build_shape(dialect, token, len(nonce), settings)
         if len(state.shapes) < SHAPE_CAPACITY:
             state.shapes[key] = shape
     return None if shape is None else (shape, nonce)  # type: ignore[return-value]
 
 
-def _build_shape(token: str | None, length: int, settings: MockSettings) -> _Shape | None:
+def _build_shape(dialect: Dialect, token: str | None, length: int, settings: MockSettings) -> _Shape | None:
     # build_plan depends on the message only through its marker and its nonce,
     # so "TOKEN #nonce" stands for every message with that marker
     def plan_for(nonce: str) -> Plan:
         return build_plan(f"{token or ''} #{nonce}", settings.catalog, settings.tool_ms, settings.mixed_ms)
 
+    def reply_for(plan: Plan) -> Reply:
+        if plan.calls:
+            return Reply(calls=plan.calls, finish="tool_calls", nonce=plan.nonce)
+        return Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks, nonce=plan.nonce)
+
     def render(nonce: str) -> list[str]:
         plan = plan_for(nonce)
-        if plan.calls:
-            return wire.tool_deltas(plan.calls)
-        return wire.text_deltas(_text_reply(plan.nonce), settings.text_chunks)
+        return dialect.template_render(plan, reply_for(plan))
 
     try:
         plan = plan_for(wire.NONCE_ALPHABET[:length])
@@ -376,112 +530,13 @@ def _build_shape(token: str | None, length: int, settings: MockSettings) -> _Sha
     template = wire.StreamTemplate.build(render, length)
     if template is None:
         return None
-    chars = sum(len(c.arguments) for c in plan.calls) if plan.calls else len(_text_reply(plan.nonce))
     return _Shape(
         kind=plan.kind,
         marker=plan.marker,
         template=template,
-        finish="tool_calls" if plan.calls else "stop",
         has_tools=bool(plan.calls),
-        completion_chars=chars,
+        info=dialect.template_info(plan, reply_for(plan)),
     )
-
-
-def _nonstream_fault(request: web.Request, plan: Plan, state: MockState) -> web.StreamResponse:
-    state.counters["errors_injected"] += 1
-    if plan.err == "disconnect":
-        state.counters["disconnects_injected"] += 1
-        if request.transport is not None:
-            request.transport.close()
-        return web.Response(status=500)  # never reaches the client: the connection is gone
-    if plan.err == "malformed":
-        return web.Response(status=200, body=b'{"id":"chatcmpl-kstress","choices":[{"index":', content_type="application/json")
-    return _json_error(500, f"kstress mock: injected mid-response error (marker {plan.marker})", "server_error", "internal_error")
-
-
-def _scripted(script: Script, rec: dict[str, Any]) -> _Reply:
-    k, entry = script.next()
-    rec["script_entry"] = k
-    reply = _Reply()
-    reply.plan_kind = f"script:{entry.kind}"
-    if entry.kind == "text":
-        reply.content = entry.text
-    elif entry.kind == "tools":
-        reply.calls = tuple(
-            Call(index=i, id=f"call_script{k}_{i}", name=name, arguments=args, role="script", parallel_safe=True)
-            for i, (name, args) in enumerate(entry.calls)
-        )
-    else:
-        reply.status = entry.status
-        reply.error = wire.error_body(entry.message, "server_error" if entry.status >= 500 else "invalid_request_error")
-    return reply
-
-
-def _planned(plan: Plan, messages: list, user_at: int, followup: bool, settings: MockSettings, state: MockState) -> _Reply:
-    reply = _Reply()
-    reply.plan_kind = plan.kind
-    reply.nonce = plan.nonce
-    if followup:
-        line, echoes = check(plan, messages, user_at, settings.catalog, state.clock.elapsed_ms(plan.nonce))
-        reply.content = verdict_text(line, echoes)
-        reply.verdict = line.format()
-        reply.verdict_ok = line.all_ok
-        reply.plan_kind = f"{plan.kind}:verdict"
-        return reply
-    if plan.kind == "err" and plan.err in ("500", "429", "503"):
-        reply.status = int(plan.err)
-        msg = f"kstress mock: injected HTTP {plan.err} (marker {plan.marker})"
-        if plan.err == "429":
-            reply.error = wire.error_body(msg, "requests", "rate_limit_exceeded")
-            reply.headers = {"retry-after": "1", "x-ratelimit-remaining-requests": "0"}
-        elif plan.err == "503":
-            reply.error = wire.error_body(msg + ": the engine is currently overloaded", "server_error", "overloaded")
-        else:
-            reply.error = wire.error_body(msg, "server_error", "internal_error")
-        return reply
-    if plan.has_tools:
-        reply.calls = plan.calls
-        reply.mark_nonce = True
-        if plan.quirk == "finish_stop":
-            reply.finish = "stop"
-        return reply
-    reply.content = _text_reply(plan.nonce)
-    return reply
-
-
-def _text_reply(nonce: str) -> str:
-    return (
-        f"This is the kstress mock LLM answering input {nonce}. It streams its reply in pieces "
-        f"so that a kernel's delta handling is exercised.\n{text_verdict(nonce)}"
-    )
-
-
-def _events(renderer: wire.Renderer, reply: _Reply, plan: Plan | None, messages: list, settings: MockSettings) -> list[bytes]:
-    usage = None
-    if renderer.include_usage:
-        usage = _usage(messages, len(reply.content or "") + sum(len(c.arguments) for c in reply.calls))
-    if plan is not None and plan.kind == "err" and reply.verdict is None:
-        # midstream / disconnect / malformed: start a real tool call, then fail
-        events = [renderer.role()]
-        call = plan.calls[0] if plan.calls else None
-        if plan.err in ("midstream", "disconnect") and call is not None:
-            frags = wire.fragments([call])
-            events.extend(renderer.chunk({"tool_calls": [f]}) for f in frags[:2])
-            if plan.err == "midstream":
-                events.append(wire.error_event(f"kstress mock: injected mid-stream error (marker {plan.marker})", "server_error", "internal_error"))
-            else:
-                events.append(wire.CUT)
-            return events
-        # malformed: a chunk that is not JSON, then a normal end
-        events.append(renderer.chunk({"content": "partial "}))
-        events.append(b'data: {"id":"chatcmpl-kstress","choices":[{"index":0,"delta":{"content":"broken\n\n')
-        events.append(renderer.chunk({}, "stop"))
-        events.append(wire.DONE)
-        return events
-    if reply.calls:
-        quirk = plan.quirk if plan is not None else None
-        return renderer.tool_events(reply.calls, usage, quirk)
-    return renderer.text_events(reply.content or "", settings.text_chunks, usage)
 
 
 # --- small endpoints -----------------------------------------------------------
@@ -492,10 +547,28 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.Response:
-    settings = request.app[SETTINGS_KEY]
-    return web.json_response(
-        {"object": "list", "data": [{"id": settings.model, "object": "model", "created": 0, "owned_by": "kstress"}]}
-    )
+    # One list both vendors' SDKs read: OpenAI's {object, data[{id, object,
+    # created, owned_by}]} and Anthropic's page {data[{id, type, display_name,
+    # created_at}], has_more, first_id, last_id}; each ignores the other's keys.
+    model = request.app[SETTINGS_KEY].model
+    return web.json_response({"object": "list", "data": [_model(model)], "has_more": False, "first_id": model, "last_id": model})
+
+
+async def model(request: web.Request) -> web.Response:
+    name = request.match_info["model"]
+    return web.json_response(_model(name))
+
+
+def _model(name: str) -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "kstress",
+        "type": "model",
+        "display_name": f"kstress mock ({name})",
+        "created_at": "1970-01-01T00:00:00Z",
+    }
 
 
 async def mock_requests(request: web.Request) -> web.Response:
@@ -505,6 +578,35 @@ async def mock_requests(request: web.Request) -> web.Response:
         return _json_error(400, f"n={raw!r} is invalid: use 1 to {RECENT_CAPACITY}", param="n")
     recent = list(state.recent)[-int(raw):]
     return web.json_response({"requests": recent})
+
+
+async def mock_verdicts(request: web.Request) -> web.Response:
+    """The store's entries for the nonces asked for (null for an unknown one):
+    GET ?nonce=A&nonce=B, or POST {"nonces": [...]} for large batches."""
+    state = request.app[STATE_KEY]
+    if request.method == "GET":
+        nonces: Any = request.query.getall("nonce", [])
+        unknown = sorted(set(request.query) - {"nonce"})
+        if unknown:
+            return _json_error(400, f"unknown query parameter(s) {unknown}; ask with ?nonce=A&nonce=B", param=unknown[0])
+        if not nonces:
+            return _json_error(400, "no nonce given; ask with ?nonce=A&nonce=B, or POST {\"nonces\": [...]}", param="nonce")
+    else:
+        try:
+            body = json.loads(await request.read())
+        except ValueError as exc:
+            return _json_error(400, f"the body is not valid JSON ({exc}); send {{\"nonces\": [\"A\", ...]}}")
+        if not isinstance(body, dict) or not isinstance(body.get("nonces"), list):
+            return _json_error(400, "the body must be a JSON object with a 'nonces' list: {\"nonces\": [\"A\", ...]}", param="nonces")
+        nonces = body["nonces"]
+        if not nonces:
+            return _json_error(400, "'nonces' is empty; give at least one nonce", param="nonces")
+        for k, n in enumerate(nonces):
+            if not isinstance(n, str) or not n:
+                return _json_error(400, f"nonces[{k}] is {n!r}: every nonce must be a non-empty string", param="nonces")
+    if len(nonces) > QUERY_LIMIT:
+        return _json_error(400, f"{len(nonces)} nonces asked for at once; the limit is {QUERY_LIMIT}: split the query", param="nonces")
+    return web.json_response({"verdicts": state.store.query(nonces)})
 
 
 async def mock_stats(request: web.Request) -> web.Response:
@@ -520,21 +622,27 @@ async def mock_reset(request: web.Request) -> web.Response:
 
 
 async def not_found(request: web.Request) -> web.Response:
-    return _json_error(404, f"no route {request.method} {request.path}; the mock serves /v1/chat/completions")
+    served = ", ".join(f"POST {d.paths[0]}" for d in BY_NAME.values())
+    return _json_error(404, f"no route {request.method} {request.path}; the mock serves {served}")
 
 
 def create_app(settings: MockSettings | None = None) -> web.Application:
     settings = settings or MockSettings()
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[SETTINGS_KEY] = settings
-    app[STATE_KEY] = MockState()
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/chat/completions", chat_completions)
+    app[STATE_KEY] = MockState(store=VerdictStore(settings.store_capacity))
+    for dialect in BY_NAME.values():
+        handler = chat_completions if dialect is CHAT else _route(dialect)
+        for path in dialect.paths:
+            app.router.add_post(path, handler)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/models/{model}", model)
     for path in ("/", "/v1", "/v1/", "/health"):
         app.router.add_get(path, health)  # add_get also answers HEAD
     app.router.add_get("/_mock/requests", mock_requests)
     app.router.add_get("/_mock/stats", mock_stats)
+    app.router.add_get("/_mock/verdicts", mock_verdicts)
+    app.router.add_post("/_mock/verdicts", mock_verdicts)
     app.router.add_post("/_mock/reset", mock_reset)
     # last, so it only sees what no route above matched: an OpenAI-style 404
     # instead of aiohttp's plain-text one

@@ -12,7 +12,13 @@ from the original user message (plans are deterministic) and compares:
 * ``order``  -- results come in declared order (whatever order the tools finished);
 * ``errors`` -- results that report failure (the catalog's error pattern) or lack
                what a successful result contains (slow tools: their own KST-S and
-               KST-E lines with this nonce and index).
+               KST-E lines with this nonce and index), or that the kernel itself
+               marked as errors (Anthropic ``is_error``).
+
+Each dialect reads its own request into the same neutral history -- the calls
+the kernel says it made (:class:`SentCall`) and the results it handed back
+(:class:`ToolResult`) -- and :func:`check_history` judges that, so the verdict
+means the same on every wire. :func:`check` is the chat-completions reader.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from __future__ import annotations
 import collections
 import json
 import time
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from .catalog import Catalog
 from .markers import Call, Plan, TIMESTAMP_RE, VerdictLine
@@ -71,13 +78,39 @@ def tool_exchange(messages: Sequence[dict[str, Any]], user_at: int) -> tuple[lis
     return calls, results
 
 
-def _same_arguments(sent: Any, planned: str) -> bool:
-    if not isinstance(sent, str):
-        return False  # the OpenAI API carries arguments as a JSON string
+BAD_ARGS: Any = type("BadArgs", (), {"__repr__": lambda self: "BAD_ARGS"})()
+"""A SentCall's arguments when they are not in the dialect's form: not a JSON
+string where the API carries one (chat, Responses), not an object where it
+carries one (Anthropic ``input``), or invalid JSON."""
+
+
+@dataclass(frozen=True)
+class SentCall:
+    """One call as the kernel's history says it was made."""
+
+    id: Any  # the id the results must answer (chat/Anthropic id, Responses call_id)
+    name: Any
+    arguments: Any  # the parsed value, or BAD_ARGS
+    item_id: Any = None  # Responses: the function_call item's own id, when sent
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """One tool result as the kernel handed it back."""
+
+    call_id: Any
+    content: str
+    is_error: bool = False  # the kernel marked it failed (Anthropic is_error)
+
+
+def json_arguments(value: Any) -> Any:
+    """A JSON-string arguments field (chat, Responses) parsed, or BAD_ARGS."""
+    if not isinstance(value, str):
+        return BAD_ARGS  # the API carries arguments as a JSON string
     try:
-        return json.loads(sent) == json.loads(planned)
+        return json.loads(value)
     except ValueError:
-        return False
+        return BAD_ARGS
 
 
 def _result_ok(call: Call, content: str, catalog: Catalog, nonce: str) -> bool:
@@ -95,43 +128,71 @@ def _result_ok(call: Call, content: str, catalog: Catalog, nonce: str) -> bool:
     return True
 
 
-def check(plan: Plan, messages: Sequence[dict[str, Any]], user_at: int, catalog: Catalog, tool_ms: int | None) -> tuple[VerdictLine, list[tuple[str, str]]]:
-    """The verdict for a follow-up request, and the results as received
-    (tool_call_id, content) for the echo."""
+def chat_history(messages: Sequence[dict[str, Any]], user_at: int) -> tuple[list[SentCall], list[ToolResult]]:
+    """The neutral history of a chat-completions request."""
     sent_calls, results = tool_exchange(messages, user_at)
-    planned = {c.id: c for c in plan.calls}
+    sent = []
+    for c in sent_calls:
+        fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+        sent.append(SentCall(c.get("id"), fn.get("name"), json_arguments(fn.get("arguments"))))
+    return sent, [ToolResult(r.get("tool_call_id"), message_text(r.get("content"))) for r in results]
 
-    sent_ids = [c.get("id") for c in sent_calls]
-    result_ids = [r.get("tool_call_id") for r in results]
+
+def check(plan: Plan, messages: Sequence[dict[str, Any]], user_at: int, catalog: Catalog, tool_ms: int | None) -> tuple[VerdictLine, list[tuple[str, str]]]:
+    """The verdict for a chat follow-up request, and the results as received
+    (tool_call_id, content) for the echo."""
+    sent, results = chat_history(messages, user_at)
+    return check_history(plan, sent, results, catalog, tool_ms)
+
+
+def check_history(
+    plan: Plan,
+    sent: Sequence[SentCall],
+    results: Sequence[ToolResult],
+    catalog: Catalog,
+    tool_ms: int | None,
+    wire_ids: Mapping[str, Call] | None = None,
+    item_ids: Mapping[str, str] | None = None,
+) -> tuple[VerdictLine, list[tuple[str, str]]]:
+    """The verdict on a neutral history. ``wire_ids`` maps the ids the dialect
+    put on the wire to the plan's calls (default: the plan's own ids);
+    ``item_ids`` maps them to the Responses item id a sent call must carry
+    when it carries one."""
+    planned = wire_ids if wire_ids is not None else {c.id: c for c in plan.calls}
+
+    sent_ids = [c.id for c in sent]
+    result_ids = [r.call_id for r in results]
     ids_ok = (
         all(isinstance(i, str) and i in planned for i in sent_ids)
-        and len(set(sent_ids)) == len(sent_ids)
+        and len(set(map(repr, sent_ids))) == len(sent_ids)
         and all(i in sent_ids for i in result_ids)
-        and len(set(result_ids)) == len(result_ids)
+        and len(set(map(repr, result_ids))) == len(result_ids)
     )
+    if ids_ok and item_ids is not None:
+        ids_ok = all(c.item_id is None or c.item_id == item_ids.get(c.id) for c in sent)
 
     args_ok = True
-    for pos, sent in enumerate(sent_calls):
-        want = planned.get(sent.get("id")) or (plan.calls[pos] if pos < len(plan.calls) else None)
-        fn = sent.get("function") if isinstance(sent.get("function"), dict) else {}
-        if want is None or fn.get("name") != want.name or not _same_arguments(fn.get("arguments"), want.arguments):
+    for pos, c in enumerate(sent):
+        want = (planned.get(c.id) if isinstance(c.id, str) else None) or (plan.calls[pos] if pos < len(plan.calls) else None)
+        if want is None or c.name != want.name or c.arguments is BAD_ARGS or c.arguments != json.loads(want.arguments):
             args_ok = False
             break
 
-    positions = [planned[i].index for i in result_ids if i in planned]
+    positions = [planned[i].index for i in result_ids if isinstance(i, str) and i in planned]
     order_ok = all(a < b for a, b in zip(positions, positions[1:]))
 
     errors = 0
     echoes = []
     for r in results:
-        content = message_text(r.get("content"))
-        call = planned.get(r.get("tool_call_id"))
-        if call is None:
-            if catalog.is_error(content):
-                errors += 1
-        elif not _result_ok(call, content, catalog, plan.nonce):
+        call = planned.get(r.call_id) if isinstance(r.call_id, str) else None
+        if r.is_error:
             errors += 1
-        echoes.append((str(r.get("tool_call_id")), content))
+        elif call is None:
+            if catalog.is_error(r.content):
+                errors += 1
+        elif not _result_ok(call, r.content, catalog, plan.nonce):
+            errors += 1
+        echoes.append((str(r.call_id), r.content))
 
     line = VerdictLine(
         nonce=plan.nonce,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 from random import getrandbits as _getrandbits
 from dataclasses import dataclass
@@ -117,15 +118,19 @@ class StreamTemplate:
     length, exactly what rendering it would (checked at build time against
     two more renders). A nonce cut in two by the argument splitter is two holes.
 
-    Holes are control characters \\x01..\\x1f and deltas are separated by
-    NUL: JSON text never holds those raw, so filling is a few ``str.replace``
-    calls on a string that stays as narrow as the reply itself.
+    Holes are control characters \\x01..\\x1f but \\n, and deltas are
+    separated by NUL: JSON text never holds those raw, so filling is a few
+    ``str.replace`` calls on a string that stays as narrow as the reply itself.
+    A delta may hold raw newlines (whole SSE frames of the dialects that name
+    their events); they stay text.
     """
 
     __slots__ = ("length", "_text", "_holes")
 
     _SEP = "\x00"
-    _MAX_HOLES = 31  # \x01..\x1f
+    _MARKS = tuple(chr(c) for c in range(1, 32) if c != 10)
+    _MAX_HOLES = len(_MARKS)
+    _CONTROL = re.compile("[\x00-\x09\x0b-\x1f]")
 
     def __init__(self, length: int, text: str, holes: tuple[tuple[str, int, int], ...]) -> None:
         self.length = length
@@ -139,6 +144,13 @@ class StreamTemplate:
             text = text.replace(mark, nonce[a:b])
         return head + text.replace(self._SEP, tail + head) + tail
 
+    def parts(self, nonce: str) -> list[str]:
+        """The deltas for this nonce, as a list."""
+        text = self._text
+        for mark, a, b in self._holes:
+            text = text.replace(mark, nonce[a:b])
+        return text.split(self._SEP)
+
     @classmethod
     def build(cls, render: Callable[[str], list[str]], length: int) -> "StreamTemplate | None":
         """The template of ``render`` (nonce -> deltas) for nonces of
@@ -149,8 +161,8 @@ class StreamTemplate:
         x1 = NONCE_ALPHABET[:length]
         x2 = (NONCE_ALPHABET[1:] + NONCE_ALPHABET[:1])[:length]
         d1, d2 = render(x1), render(x2)
-        if len(d1) != len(d2) or any(min(d, default=" ") < " " for d in d1):
-            return None  # different event counts, or raw control characters (not JSON text)
+        if len(d1) != len(d2) or any(cls._CONTROL.search(d) for d in d1):
+            return None  # different event counts, or raw control characters (not JSON or SSE text)
         where = {c: j for j, c in enumerate(x1)}
         holes: dict[tuple[int, int], str] = {}
         parts: list[str] = []
@@ -174,9 +186,11 @@ class StreamTemplate:
                 while k < n and j < length and a[k] == x1[j] and b[k] == x2[j]:
                     k += 1
                     j += 1
-                mark = holes.setdefault((j0, j), chr(1 + len(holes)))
-                if len(holes) > cls._MAX_HOLES:
-                    return None
+                mark = holes.get((j0, j))
+                if mark is None:
+                    if len(holes) >= cls._MAX_HOLES:
+                        return None
+                    mark = holes[(j0, j)] = cls._MARKS[len(holes)]
                 parts.append(mark)
         template = cls(length, "".join(parts), tuple((mark, a, b) for (a, b), mark in holes.items()))
         # the proof: two more nonces that mix every character class, rendered

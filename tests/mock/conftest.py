@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+import anthropic
 import openai
 import pytest
 
@@ -143,6 +144,22 @@ class MockThread:
     def chat(self, text: str, **kw: Any) -> RawReply:
         return self.request("POST", "/v1/chat/completions", chat_body(text, **kw))
 
+    def messages(self, text: str, stream: bool = True, **extra: Any) -> RawReply:
+        body = {"model": "kst-test", "max_tokens": 1024, "messages": [{"role": "user", "content": text}], "stream": stream, **extra}
+        return self.request("POST", "/v1/messages", body)
+
+    def responses(self, text: str, stream: bool = True, **extra: Any) -> RawReply:
+        body = {"model": "kst-test", "input": [{"role": "user", "content": text}], "stream": stream, **extra}
+        return self.request("POST", "/v1/responses", body)
+
+    def verdicts(self, *nonces: str) -> dict[str, Any]:
+        """The store's entries for these nonces, through GET /_mock/verdicts."""
+        from urllib.parse import urlencode
+
+        reply = self.request("GET", "/_mock/verdicts?" + urlencode([("nonce", n) for n in nonces]))
+        assert reply.status == 200, reply.body
+        return reply.json()["verdicts"]
+
     def stats(self) -> dict[str, Any]:
         reply = self.request("GET", "/_mock/stats")
         assert reply.status == 200, reply.body
@@ -158,6 +175,10 @@ class MockThread:
     def async_client(self, **kw: Any) -> openai.AsyncOpenAI:
         kw.setdefault("timeout", 10.0)
         return openai.AsyncOpenAI(base_url=self.url + "/v1", api_key="kst-test", max_retries=0, **kw)
+
+    def anthropic_client(self, **kw: Any) -> anthropic.Anthropic:
+        kw.setdefault("timeout", 10.0)
+        return anthropic.Anthropic(base_url=self.url, api_key="kst-test", max_retries=0, **kw)
 
     def wait_stats(self, cond: Callable[[dict[str, Any]], bool], what: str, timeout: float = 5.0) -> dict[str, Any]:
         """Poll /_mock/stats until ``cond`` holds; fail by name after ``timeout``."""
@@ -202,6 +223,15 @@ def mock_server() -> Iterator[MockThread]:
 @pytest.fixture(scope="module")
 def client(mock_server: MockThread) -> Iterator[openai.OpenAI]:
     c = mock_server.client()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def anthropic_client(mock_server: MockThread) -> Iterator[anthropic.Anthropic]:
+    c = mock_server.anthropic_client()
     try:
         yield c
     finally:

@@ -11,7 +11,10 @@ from mock.catalog import DEFAULT_CATALOG
 from mock.markers import (
     DEFAULT_QUIRK_N,
     ERR_KINDS,
+    CHAT_QUIRKS,
+    DIALECTS,
     MARKERS,
+    QUIRK_DIALECTS,
     QUIRKS,
     VerdictLine,
     build_plan,
@@ -23,7 +26,11 @@ from mock.markers import (
     parse_timestamps,
     parse_verdict,
     peak_overlap,
+    parse_call_id,
+    quirks_for,
     slow_durations,
+    wire_id,
+    item_id,
 )
 
 # --- nonces -------------------------------------------------------------------------
@@ -117,7 +124,30 @@ def test_bad_markers_name_the_problem(text: str, words: str) -> None:
 def test_marker_table_covers_the_design() -> None:
     assert set(MARKERS) == {"batch", "mixed", "slowbatch", "serialbatch", "img", "ocr", "resident", "notify", "err", "hang", "quirk"}
     assert ERR_KINDS == ("500", "429", "503", "midstream", "disconnect", "malformed")
-    assert len(QUIRKS) == len(set(QUIRKS)) == 17
+    assert len(CHAT_QUIRKS) == 17
+    assert len(QUIRKS) == len(set(QUIRKS))
+    assert QUIRKS[: len(CHAT_QUIRKS)] == CHAT_QUIRKS, "chat's quirks keep their names and order"
+
+
+def test_every_quirk_applies_to_a_known_dialect() -> None:
+    assert set(QUIRK_DIALECTS) == set(QUIRKS)
+    assert all(ds and ds <= set(DIALECTS) for ds in QUIRK_DIALECTS.values())
+    assert quirks_for("chat") == CHAT_QUIRKS
+    assert "index1_first" in quirks_for("anthropic") and "index1_first" in quirks_for("responses")
+    assert "delta_before_start" in quirks_for("anthropic") and "delta_before_start" not in quirks_for("chat")
+    with pytest.raises(ValueError, match="unknown dialect"):
+        quirks_for("gemini")
+
+
+@pytest.mark.parametrize("nonce", ["n1", "run7-0042", "a_b_c", "Z9_-"])
+def test_wire_ids_keep_the_nonce_and_index(nonce: str) -> None:
+    call = build_plan(f"!batch3 #{nonce}").calls[2]
+    ids = {d: wire_id(call.id, d) for d in DIALECTS}
+    assert ids == {"chat": f"call_{nonce}_2", "anthropic": f"toolu_{nonce}_2", "responses": f"call_{nonce}_2"}
+    assert item_id(call.id) == f"fc_{nonce}_2"
+    for wire in [*ids.values(), item_id(call.id)]:
+        assert parse_call_id(wire) == (nonce, 2)
+    assert parse_call_id("call_forged") is None and parse_call_id(None) is None
 
 
 # --- plans -----------------------------------------------------------------------------

@@ -211,3 +211,18 @@ def test_the_grammar_modules_do_not_load_the_server() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["", "True"], out.stdout
+
+
+def test_store_times_are_on_the_callers_monotonic_clock() -> None:
+    """CLOCK_MONOTONIC is one clock for every process of the host: the times a
+    mock in another process records fall between the caller's own readings."""
+    with mock_process([*MOCK, "--port", "0"]) as p:
+        port = p.wait_ready()
+        t0 = time.monotonic()
+        _chat(port, "!batch1 #clock")
+        t1 = time.monotonic()
+        status, body = _get(port, "/_mock/verdicts?nonce=clock")
+        assert status == 200
+        (rec,) = json.loads(body)["verdicts"]["clock"]["records"]
+        assert t0 <= rec["arrival"] <= rec["first_byte"] <= rec["last_byte"] <= t1, (t0, rec, t1)
+        assert p.signal(signal.SIGTERM) == 0

@@ -44,7 +44,18 @@ def test_liveness_probes_answer_200(mock_server, method: str, path: str) -> None
 def test_unknown_route_is_an_openai_style_404(mock_server) -> None:
     reply = mock_server.request("GET", "/v1/nowhere")
     assert reply.status == 404
-    assert "no route GET /v1/nowhere" in reply.json()["error"]["message"]
+    message = reply.json()["error"]["message"]
+    assert "no route GET /v1/nowhere" in message
+    for endpoint in ("/v1/chat/completions", "/v1/messages", "/v1/responses"):
+        assert f"POST {endpoint}" in message
+
+
+def test_models_answers_both_vendors_shapes(mock_server) -> None:
+    body = mock_server.request("GET", "/v1/models").json()
+    (m,) = body["data"]
+    assert {"id", "object", "created", "owned_by", "type", "display_name", "created_at"} <= set(m)
+    assert body["has_more"] is False and body["first_id"] == body["last_id"] == "kstress-mock"
+    assert mock_server.request("GET", "/v1/models/gpt-x").json()["id"] == "gpt-x"
 
 
 def test_requests_stats_and_reset(start_mock) -> None:
@@ -53,7 +64,8 @@ def test_requests_stats_and_reset(start_mock) -> None:
     m.chat(compose("!batch2", "r2"), stream=False)
     m.chat(compose("!nosuch", "r3"))
     recent = m.request("GET", "/_mock/requests?n=2").json()["requests"]
-    assert [(r["nonce"] if "nonce" in r else None, r["status"]) for r in recent] == [("r2", 200), (None, 400)]
+    # a refused marker's request still names its nonce: the store tracks it too
+    assert [(r.get("nonce"), r["status"]) for r in recent] == [("r2", 200), ("r3", 400)]
     assert recent[0]["plan"] == "batch" and recent[0]["stream"] is False and recent[0]["ms"] >= 0
     assert "unknown marker" in recent[1]["error"]
     assert len(m.request("GET", "/_mock/requests").json()["requests"]) == 3
@@ -61,7 +73,7 @@ def test_requests_stats_and_reset(start_mock) -> None:
     stats = m.stats()
     assert stats["requests"] == 3 and stats["bad_requests"] == 1
     assert stats["plans"] == {"text": 1, "batch": 1}
-    assert stats["inflight"] == 0 and stats["hanging"] == 0 and stats["nonces_tracked"] == 1
+    assert stats["inflight"] == 0 and stats["hanging"] == 0 and stats["nonces_tracked"] == 3
 
     assert m.request("POST", "/_mock/reset").json() == {"reset": True}
     stats = m.stats()
@@ -164,7 +176,7 @@ def test_log_writes_one_json_line_per_request(start_mock, tmp_path: Path) -> Non
     assert [(r.get("nonce"), r["status"], r["path"]) for r in recs] == [
         ("l1", 200, "/v1/chat/completions"),
         ("l2", 200, "/v1/chat/completions"),
-        (None, 400, "/v1/chat/completions"),
+        ("l3", 400, "/v1/chat/completions"),
     ]
     assert recs[1]["plan"] == "batch" and recs[1]["marker"] == "!batch3" and recs[1]["stream"] is False
     assert all({"ts", "ms", "status", "path"} <= set(r) for r in recs)
@@ -370,4 +382,27 @@ def test_templated_replies_equal_the_general_path(start_mock, include_usage: boo
     assert cached == len(SHAPE_TEXTS)
     assert _normalised(fast.chat("run !batch4 now #zyxwvuts").body) == _normalised(general.chat("run !batch4 now #zyxwvuts").body)
     assert fast.stats()["shapes_cached"] == cached
+    assert general.stats()["shapes_cached"] == 0
+
+
+
+def _normalised_dialect(raw: bytes) -> bytes:
+    import re
+
+    raw = re.sub(rb"(msg|resp)_[0-9a-f]{24}", rb"\1_X", raw)
+    return re.sub(rb'"created_at":\d+', b'"created_at":0', raw)
+
+
+@pytest.mark.parametrize("dialect", ["anthropic", "responses"])
+def test_templated_replies_equal_the_general_path_on_the_other_dialects(start_mock, dialect: str) -> None:
+    from mockhelpers import PATHS, first_body
+
+    fast = start_mock()
+    general = start_mock(chunk_delay_ms=1)
+    for text in SHAPE_TEXTS:
+        a = fast.request("POST", PATHS[dialect], first_body(dialect, text, True))
+        b = general.request("POST", PATHS[dialect], first_body(dialect, text, True))
+        assert a.status == b.status == 200
+        assert _normalised_dialect(a.body) == _normalised_dialect(b.body), text
+    assert fast.stats()["shapes_cached"] == len(SHAPE_TEXTS)
     assert general.stats()["shapes_cached"] == 0

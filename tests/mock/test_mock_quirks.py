@@ -16,7 +16,7 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from mock.markers import QUIRKS, Plan, build_plan, compose
+from mock.markers import CHAT_QUIRKS as QUIRKS, Plan, build_plan, compose
 from mock.wire import split_arguments
 
 N = 3  # !quirk:NAME streams a 3-call batch by default

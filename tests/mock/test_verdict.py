@@ -221,3 +221,58 @@ def test_stream_clock() -> None:
     assert len(clock) == 2 and clock.elapsed_ms("b") is None and clock.elapsed_ms("a") is not None
     clock.clear()
     assert len(clock) == 0
+
+
+# --- the neutral history every dialect reads into ----------------------------------
+
+from mock.markers import item_id, wire_id  # noqa: E402
+from mock.verdict import BAD_ARGS, SentCall, ToolResult, check_history, json_arguments  # noqa: E402
+
+
+def _neutral(plan: Plan, dialect: str = "chat"):
+    sent = [SentCall(wire_id(c.id, dialect), c.name, json.loads(c.arguments)) for c in plan.calls]
+    results = [ToolResult(wire_id(c.id, dialect), _good(plan, c.index)) for c in plan.calls]
+    return sent, results
+
+
+def test_check_history_with_a_dialect_s_own_ids() -> None:
+    sent, results = _neutral(PLAN, "anthropic")
+    wire = {wire_id(c.id, "anthropic"): c for c in PLAN.calls}
+    line, echoes = check_history(PLAN, sent, results, DEFAULT_CATALOG, 3, wire)
+    assert line.all_ok and line.errors == 0 and echoes[0][0] == "toolu_f_0"
+    # the plan's chat ids are not this dialect's: a kernel that sent them is caught
+    line, _ = check_history(PLAN, *_neutral(PLAN, "chat"), DEFAULT_CATALOG, 3, wire)
+    assert not line.ids
+
+
+def test_a_result_the_kernel_marked_failed_is_an_error() -> None:
+    sent, results = _neutral(PLAN)
+    results[1] = ToolResult(results[1].call_id, results[1].content, is_error=True)
+    line, _ = check_history(PLAN, sent, results, DEFAULT_CATALOG, None)
+    assert line.errors == 1 and line.all_ok
+
+
+def test_arguments_in_the_wrong_form_are_bad() -> None:
+    sent, results = _neutral(PLAN)
+    sent[2] = SentCall(sent[2].id, sent[2].name, BAD_ARGS)
+    assert not check_history(PLAN, sent, results, DEFAULT_CATALOG, None)[0].args
+    assert json_arguments('{"a": 1}') == {"a": 1}
+    assert json_arguments({"a": 1}) is BAD_ARGS and json_arguments("{nope") is BAD_ARGS
+
+
+def test_responses_item_ids_must_match_their_call_when_sent() -> None:
+    sent, results = _neutral(PLAN)
+    items = {c.id: item_id(c.id) for c in PLAN.calls}
+    with_items = [SentCall(s.id, s.name, s.arguments, items[s.id]) for s in sent]
+    assert check_history(PLAN, with_items, results, DEFAULT_CATALOG, None, None, items)[0].ids
+    assert check_history(PLAN, sent, results, DEFAULT_CATALOG, None, None, items)[0].ids, "item ids are optional"
+    swapped = [with_items[1].__class__(with_items[0].id, with_items[0].name, with_items[0].arguments, items[PLAN.calls[1].id]), *with_items[1:]]
+    assert not check_history(PLAN, swapped, results, DEFAULT_CATALOG, None, None, items)[0].ids
+
+
+def test_unhashable_ids_do_not_crash_the_check() -> None:
+    sent, results = _neutral(PLAN)
+    sent[0] = SentCall({"id": 1}, sent[0].name, sent[0].arguments)
+    results[0] = ToolResult(["x"], "out")
+    line, _ = check_history(PLAN, sent, results, DEFAULT_CATALOG, None)
+    assert not line.ids and line.got == 3

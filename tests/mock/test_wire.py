@@ -8,7 +8,7 @@ import random
 import pytest
 
 from mock import wire
-from mock.markers import QUIRKS, build_plan
+from mock.markers import CHAT_QUIRKS, build_plan
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def test_tool_events_fragment_sequence() -> None:
     assert events[-2]["choices"][0]["finish_reason"] == "tool_calls" and events[-1] == "[DONE]"
 
 
-@pytest.mark.parametrize("quirk", QUIRKS)
+@pytest.mark.parametrize("quirk", CHAT_QUIRKS)
 def test_every_quirk_renders(quirk: str) -> None:
     plan = build_plan(f"!quirk:{quirk} #qq")
     r = _renderer(per_chunk_id=quirk == "per_chunk_id", event_line="message" if quirk == "event_line" else None)

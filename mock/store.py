@@ -1,0 +1,167 @@
+"""The per-nonce verdict store: the mock's own record of what happened to each input.
+
+Many kernels reword the model's final answer instead of echoing it, so a
+harness cannot rely on reading the verdict line back from the kernel's reply.
+It asks the mock instead (``/_mock/verdicts``), by nonce. The server fills an
+:class:`Entry` *before* it writes the bytes of the response that carries the
+entry's news, so a query made after a turn ended never races the store.
+
+Bounded: the newest ``capacity`` nonces (by first sight; the oldest is dropped
+first), and per nonce the newest ``max_records`` request records (``requests``
+still counts them all). Times are ``time.monotonic()`` seconds:
+CLOCK_MONOTONIC is one clock for every process of a Linux host, so a harness
+in another process can put them on its own timeline.
+
+Pure bookkeeping: no I/O and no aiohttp, so it can be tested alone.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Iterable
+
+from .markers import VerdictLine, text_verdict
+
+CAPACITY = 65_536
+MAX_RECORDS = 64
+QUERY_LIMIT = 10_000
+
+# A request record is a list (mutable: the status of a request whose client went
+# away is set after the fact) in this field order; as_json() names the fields.
+RECORD_FIELDS = ("arrival", "first_byte", "last_byte", "status", "followup", "dialect", "stream")
+ARRIVAL, FIRST_BYTE, LAST_BYTE, STATUS, FOLLOWUP, DIALECT, STREAM = range(len(RECORD_FIELDS))
+
+
+class Entry:
+    """What the mock knows about one nonce."""
+
+    __slots__ = (
+        "nonce",
+        "plan",
+        "marker",
+        "quirk",
+        "quirk_applied",
+        "requests",
+        "verdict",
+        "verdicts",
+        "text_verdict",
+        "fault",
+        "hung",
+        "error",
+        "tool_stream_end",
+        "records",
+        "records_dropped",
+    )
+
+    def __init__(self, nonce: str) -> None:
+        # only what every entry needs; the news slots are set when there is news
+        # (read through _get): an entry is made per request on the hot path
+        self.nonce = nonce
+        self.plan: str | None = None
+        self.marker: str | None = None
+        self.requests = 0
+        self.records: list[list[Any]] = []
+        self.records_dropped = 0
+
+    # the news slots, unset until there is news
+    quirk: str | None
+    quirk_applied: bool | None
+    verdict: VerdictLine | None
+    verdicts: int
+    text_verdict: bool  # served; the line is rendered on query, not kept per nonce
+    fault: str | None
+    hung: bool
+    error: str | None
+    tool_stream_end: float | None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+    def add_record(self, arrival: float, followup: bool, dialect: str, stream: bool) -> list[Any]:
+        """A new request record (status 0 and no bytes sent yet); also counts the request."""
+        self.requests += 1
+        rec = [arrival, None, None, 0, followup, dialect, stream]
+        records = self.records
+        records.append(rec)
+        if len(records) > MAX_RECORDS:
+            del records[0]
+            self.records_dropped += 1
+        return rec
+
+    def as_json(self) -> dict[str, Any]:
+        get = self.get
+        v = get("verdict")
+        verdict = None
+        if v is not None:
+            verdict = {
+                "line": v.format(),
+                "expected": v.expected,
+                "got": v.got,
+                "ids": v.ids,
+                "args": v.args,
+                "order": v.order,
+                "errors": v.errors,
+                "tool_ms": v.tool_ms,
+                "all_ok": v.all_ok,
+            }
+        return {
+            "nonce": self.nonce,
+            "plan": self.plan,
+            "marker": self.marker,
+            "quirk": get("quirk"),
+            "quirk_applied": get("quirk_applied"),
+            "requests": self.requests,
+            "verdict": verdict,
+            "verdicts": get("verdicts", 0),
+            "text_verdict": text_verdict(self.nonce) if get("text_verdict") else None,
+            "fault": None if get("fault") is None else {"kind": self.fault, "injected": True},
+            "hung": get("hung", False),
+            "error": get("error"),
+            "tool_stream_end": get("tool_stream_end"),
+            "records": [dict(zip(RECORD_FIELDS, r)) for r in self.records],
+            "records_dropped": self.records_dropped,
+        }
+
+
+class VerdictStore:
+    """Entries by nonce, the newest ``capacity`` of them."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity {capacity} must be at least 1")
+        self.capacity = capacity
+        # OrderedDict, not dict: dropping a plain dict's first key leaves a hole
+        # that every later next(iter(d)) walks past (25 us per request once full,
+        # measured); popitem(last=False) is O(1)
+        self._entries: collections.OrderedDict[str, Entry] = collections.OrderedDict()
+        self.evicted = 0
+
+    def entry(self, nonce: str) -> Entry:
+        """The nonce's entry, created (and the oldest dropped) on first sight."""
+        e = self._entries.get(nonce)
+        if e is None:
+            e = self._entries[nonce] = Entry(nonce)
+            if len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+                self.evicted += 1
+        return e
+
+    def get(self, nonce: str) -> Entry | None:
+        return self._entries.get(nonce)
+
+    def query(self, nonces: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        out: dict[str, dict[str, Any] | None] = {}
+        for n in nonces:
+            e = self._entries.get(n)
+            out[n] = None if e is None else e.as_json()
+        return out
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, nonce: object) -> bool:
+        return nonce in self._entries
