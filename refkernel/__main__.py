@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="close a connection that has not authenticated after S seconds (default %(default)s)")
     p.add_argument("--tool-timeout", type=float, default=d.tool_timeout, metavar="S",
                    help="kill a cmd_run command after S seconds (default %(default)s)")
-    p.add_argument("--max-steps", type=int, default=d.max_steps, help="LLM requests per turn (default %(default)s)")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="LLM requests per turn, 1 to 100 (default %(default)s)")
     p.add_argument("--max-write-buffer", type=int, default=d.max_write_buffer, metavar="BYTES",
                    help="drop a client with more than this unsent (default %(default)s)")
     p.add_argument("--conn-backlog", type=int, default=d.conn_backlog, metavar="N",

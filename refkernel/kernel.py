@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hmac
+import itertools
 import json
 import logging
 import os
@@ -438,12 +439,25 @@ class Kernel:
         finally:
             conn.job_done(job)
 
+    def _request(self, prefix: list[dict[str, Any]], steps: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The messages of the next LLM request: the prefix (system prompt,
+        this turn's user message), then every earlier step's assistant
+        tool-call message and results, in order."""
+        return [*prefix, *itertools.chain.from_iterable(steps)]
+
+    def _step(self, reply: Any, results: list[Result]) -> list[dict[str, Any]]:
+        """One step's exchange as the LLM gets it back: the assistant message
+        with its tool calls, then one tool message per result."""
+        calls = [c.message() for c in reply.tool_calls]
+        done = [r.message() for r in results]
+        return [{"role": "assistant", "content": reply.content or None, "tool_calls": calls}, *done]
+
     async def _turn(self, job: Job) -> str:
         conn = job.conn
-        messages: list[dict[str, Any]] = []
-        if self.s.system_prompt:
-            messages.append({"role": "system", "content": self.s.system_prompt})
-        messages.append({"role": "user", "content": job.text})
+        prefix: list[dict[str, Any]] = [{"role": "system", "content": self.s.system_prompt}] if self.s.system_prompt else []
+        prefix.append({"role": "user", "content": job.text})
+        # Each step's exchange apart: a request is the prefix, then every step in order.
+        steps: list[list[dict[str, Any]]] = []
 
         def on_delta(text: str) -> None:
             if not self.s.terse:  # a terse kernel words its answer itself: the model's text stays inside
@@ -461,15 +475,10 @@ class Kernel:
             await asyncio.sleep(self.s.delay_ms / 1000)
         for _ in range(self.s.max_steps):
             await self.sched.checkpoint(job)
-            reply = await self.llm.chat(messages, SCHEMAS, on_delta)
+            reply = await self.llm.chat(self._request(prefix, steps), SCHEMAS, on_delta)
             if not reply.tool_calls:
                 return reply.content
-            messages.append(
-                {"role": "assistant", "content": reply.content or None, "tool_calls": [c.message() for c in reply.tool_calls]}
-            )
             results = await self.tools.run_batch(reply.tool_calls, on_start, on_end)
             self.counters["tool_calls"] += len(results)
-            messages.extend(r.message() for r in results)
+            steps.append(self._step(reply, results))
         raise TurnError("max_steps", f"the turn took more than {self.s.max_steps} LLM steps (--max-steps) without a final answer")
-
-

@@ -138,7 +138,8 @@ class KernelSettings:
     model: str = "kstress-refkernel"
     auth_timeout: float = 10.0
     tool_timeout: float = 60.0
-    max_steps: int = 8
+    # A tool loop of 10+ steps plus its final answer must fit (the mock's !loopK).
+    max_steps: int = 32
     max_write_buffer: int = 4 << 20
     conn_backlog: int = 256
     max_residents: int = 64
