@@ -57,6 +57,10 @@ def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _socket_path_rule(name: str, path: Path) -> None:
     sock = os.fsencode(path)
     _rule(
@@ -149,6 +153,8 @@ class KernelSettings:
     batch: str = "whole-batch"
     terse: bool = False
     delay_ms: int = 0
+    session_turns: int = 64
+    max_sessions: int = 10_000
 
     def __post_init__(self) -> None:
         _rule(
@@ -222,6 +228,8 @@ class KernelSettings:
             self.delay_ms,
             "use 0 (off) to 600000 milliseconds",
         )
+        _rule(_count(self.session_turns) and 1 <= self.session_turns <= 100_000, "session_turns", self.session_turns, "use 1 to 100000")
+        _rule(_count(self.max_sessions) and 1 <= self.max_sessions <= 10_000_000, "max_sessions", self.max_sessions, "use 1 to 10000000")
 
     def has(self, fault: str) -> bool:
         return fault in self.faults

@@ -253,3 +253,70 @@ def check_loop(llm: FakeLLM, text_sent: str) -> None:
             assert req[:len(reqs[s - 1])] == reqs[s - 1], f"request {s} does not extend request {s - 1} unchanged"
     ids = [c["id"] for m in turn_part(reqs[-1]) for c in m.get("tool_calls") or ()]
     assert len(ids) == len(set(ids)) == script.steps * script.calls, ids
+
+
+def exchange(llm: FakeLLM, text_sent: str) -> list[Message]:
+    """What a completed turn adds to its session's history, as the kernel sent
+    it to the LLM: its user message and every step (all in its last request),
+    then the fake's final answer."""
+    script = Script.parse(text_sent)
+    reqs = llm.requests_for(script.nonce)
+    assert reqs, f"the fake never saw turn {script.nonce}"
+    return [*turn_part(reqs[-1]), {"role": "assistant", "content": script.answer}]
+
+
+def check_history(llm: FakeLLM, text_sent: str, earlier: list[str]) -> None:
+    """Every request of the turn carries, between the system prompt and its own
+    user message, exactly the turns ``earlier`` (their texts), in order."""
+    script = Script.parse(text_sent)
+    want = [m for t in earlier for m in exchange(llm, t)]
+    reqs = llm.requests_for(script.nonce)
+    assert reqs, f"the fake never saw turn {script.nonce}"
+    for s, req in enumerate(reqs):
+        assert req[0]["role"] == "system", req[0]
+        got = req[1:len(req) - len(turn_part(req))]
+        assert got == want, (
+            f"request {s} of {script.nonce} carries {_names(got)}, expected {_names(want)}:\n{got}\n!=\n{want}")
+
+
+def _names(history: list[Message]) -> list[str]:
+    """The turns a history holds, by nonce (a readable summary for failures)."""
+    return [Script.parse(m["content"]).nonce for m in history if m.get("role") == "user"]
+
+
+# --- scenarios (shared by the session tests and the fault tests) ------------------
+
+
+async def session_turn(conn: Any, session: str | None, **script: Any) -> str:
+    """One turn of ``session`` on ``conn`` (an rkclient.KernelConn) that must
+    end with a response; its text, for the checks above."""
+    t, _ = text(**script)
+    turn = await conn.turn(t, session=session)
+    assert turn.kind == "response" and not turn.terminal.get("duplicate"), turn.frames[-1]
+    return t
+
+
+async def interleaved_sessions(k: Any) -> dict[str, tuple[str, list[str]]]:
+    """Sessions A and B interleaved on one connection, then A resumed on a
+    second one (a client reconnecting): turn name -> (its text, the turns its
+    history must hold). Each turn has tool steps of its own, so a history
+    carries assistant tool-call messages and results, not only text."""
+    c1, c2 = await k.connect(), await k.connect()
+    a1 = await session_turn(c1, "A", loop=2, calls=2)
+    b1 = await session_turn(c1, "B", loop=1, calls=3)
+    a2 = await session_turn(c1, "A")
+    b2 = await session_turn(c1, "B", loop=1)
+    a3 = await session_turn(c2, "A", loop=1, calls=2)
+    b3 = await session_turn(c1, "B")
+    return {"A1": (a1, []), "B1": (b1, []), "A2": (a2, [a1]), "B2": (b2, [b1]), "A3": (a3, [a1, a2]), "B3": (b3, [b1, b2])}
+
+
+def history_failures(llm: FakeLLM, expected: dict[str, tuple[str, list[str]]]) -> dict[str, str]:
+    """check_history for each turn of a scenario: the failing turns, with why."""
+    out = {}
+    for name, (t, earlier) in expected.items():
+        try:
+            check_history(llm, t, earlier)
+        except AssertionError as exc:
+            out[name] = str(exc)
+    return out
