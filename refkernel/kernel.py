@@ -462,12 +462,16 @@ class Kernel:
         """Where the turn's session keeps its history; None: the input is on its own."""
         if job.session is None:
             return None
+        if self.s.has("session-crosstalk"):
+            return ("connection", job.conn.n)  # the fault: whatever session the input named
         return job.session
 
     def _request(self, prefix: list[Message], steps: list[list[Message]]) -> list[Message]:
         """The messages of the next LLM request: the prefix (system prompt,
         session history, this turn's user message), then every earlier step's
         assistant tool-call message and results, in order."""
+        if self.s.has("loop-drop-results") and len(steps) >= 2:
+            steps = steps[-1:]  # the fault: only the latest step's exchange survives
         return [*prefix, *itertools.chain.from_iterable(steps)]
 
     def _step(self, reply: Any, results: list[Result]) -> list[Message]:
@@ -475,6 +479,11 @@ class Kernel:
         with its tool calls, then one tool message per result."""
         calls = [c.message() for c in reply.tool_calls]
         done = [r.message() for r in results]
+        if self.s.has("loop-reuse-ids"):
+            # the fault: the kernel's own per-step numbering replaces the model's ids
+            ours = {id(c): f"call_{i}" for i, c in enumerate(reply.tool_calls)}
+            calls = [{**m, "id": ours[id(c)]} for m, c in zip(calls, reply.tool_calls)]
+            done = [{**m, "tool_call_id": ours.get(id(r.call), m["tool_call_id"])} for m, r in zip(done, results)]
         return [{"role": "assistant", "content": reply.content or None, "tool_calls": calls}, *done]
 
     async def _turn(self, job: Job) -> str:
@@ -513,7 +522,8 @@ class Kernel:
                     # Before the response frame goes out: a client that has the
                     # answer finds the turn in the history, on any connection.
                     answer: Message = {"role": "assistant", "content": reply.content}
-                    self.sessions.record(key, [user, *itertools.chain.from_iterable(steps), answer])
+                    self.sessions.record(key, [user, *itertools.chain.from_iterable(steps), answer],
+                                         last_only=self.s.has("drop-history"))
                 return reply.content
             results = await self.tools.run_batch(reply.tool_calls, on_start, on_end)
             self.counters["tool_calls"] += len(results)

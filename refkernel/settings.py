@@ -29,6 +29,10 @@ FAULTS: dict[str, str] = {
     "no-dedup": "has no replay guard: identical inputs run again",
     "leak-children": "leaves resident children running at exit (and does not tie them to its life)",
     "hide-error-frames": "ends a turn whose LLM request failed with an empty `response`, not an `error`",
+    "session-crosstalk": "keys session history by connection, not by `session`: sessions on one connection bleed together",
+    "drop-history": "keeps only the last completed turn of each session's history",
+    "loop-drop-results": "sends only the latest step's tool exchange back: earlier steps of the turn are dropped",
+    "loop-reuse-ids": "sends tool calls back under its own ids call_0, call_1, ... restarting at every step",
 }
 
 # How a tool batch is scheduled: each is the contract of some real framework
