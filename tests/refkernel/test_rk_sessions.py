@@ -151,3 +151,23 @@ async def test_bad_session_limits_exit_2(tmp_path, flag, value):
     rc, out = await run_kernel_cli(["--listen", "tcp:127.0.0.1:0", "--llm-url", "http://127.0.0.1:9/v1",
                                     "--data-dir", str(tmp_path / "d"), flag, value])
     assert rc == 2 and f"{flag[2:].replace('-', '_')}={value} is invalid: use 1 to" in out, out
+
+
+async def test_an_interrupt_in_its_own_session_sees_only_completed_turns(llm, rk):
+    # One worker: the interrupt runs at the held turn's next step boundary, in its place.
+    k = await _kernel(rk, llm, "--workers", "1")
+    conn = await k.connect()
+    a1 = await session_turn(conn, "A")
+    x, n = text(hold=True, loop=1)
+    xid = await conn.input(x, session="A")
+    await await_until(lambda: llm.holding(n), 10, "the held turn's request at the fake")
+    i, _ = text()
+    iid = await conn.input(i, session="A", priority="interrupt")
+    llm.release(n)
+    assert (await conn.collect(iid)).kind == "response"
+    assert (await conn.collect(xid)).kind == "response"
+    assert (await conn.stats())["preempted"] == 1
+    z = await session_turn(conn, "A")
+    check_history(llm, i, [a1])  # the suspended turn had not ended
+    check_history(llm, x, [a1])  # nor does it see the interrupt: its history was read at its first request
+    check_history(llm, z, [a1, i, x])  # the interrupt ended first
