@@ -63,7 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="close a connection that has not authenticated after S seconds (default %(default)s)")
     p.add_argument("--tool-timeout", type=float, default=d.tool_timeout, metavar="S",
                    help="kill a cmd_run command after S seconds (default %(default)s)")
-    p.add_argument("--max-steps", type=int, default=d.max_steps, help="LLM requests per turn (default %(default)s)")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="LLM requests per turn, 1 to 100 (default %(default)s)")
+    p.add_argument("--session-turns", type=int, default=d.session_turns, metavar="N",
+                   help="completed turns kept per session, oldest dropped first (default %(default)s)")
+    p.add_argument("--max-sessions", type=int, default=d.max_sessions, metavar="M",
+                   help="sessions held at once; past it the least recently used is forgotten (default %(default)s)")
     p.add_argument("--max-write-buffer", type=int, default=d.max_write_buffer, metavar="BYTES",
                    help="drop a client with more than this unsent (default %(default)s)")
     p.add_argument("--conn-backlog", type=int, default=d.conn_backlog, metavar="N",
@@ -102,6 +106,8 @@ def settings_from_args(args: argparse.Namespace) -> KernelSettings:
         batch=args.batch,
         terse=args.terse,
         delay_ms=args.delay_ms,
+        session_turns=args.session_turns,
+        max_sessions=args.max_sessions,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hmac
+import itertools
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from . import procs
 from .errors import ConfigError, LLMError, TurnError
 from .llm import LLMClient, ToolCall
 from .scheduler import Busy, Dedup, Job, Scheduler
+from .sessions import Message, Sessions
 from .settings import MAX_FRAME, KernelSettings
 from .tools import SCHEMAS, Result, Toolbox
 from .transport import Channel, Closed, FrameTooLarge, NotAFrame, listener_for
@@ -41,6 +43,16 @@ def _valid_id(v: Any) -> bool:
     if isinstance(v, int):
         return True
     return isinstance(v, str) and 0 < len(v) <= 256
+
+
+def _valid_session(v: Any) -> bool:
+    return isinstance(v, str) and 0 < len(v) <= 256
+
+
+def _brief(v: Any) -> str:
+    """A client's bad value in an error message, without echoing a megabyte back."""
+    r = repr(v)
+    return r if len(r) <= 80 else f"a {type(v).__name__} of length {len(v) if hasattr(v, '__len__') else '?'}"
 
 
 class Connection:
@@ -189,10 +201,15 @@ class Connection:
             self.k.counters["bad_frames"] += 1
             self.error(id_, "bad_frame", f"priority {prio!r} is invalid: use \"interrupt\" or leave it out")
             return
+        session = frame.get("session")
+        if "session" in frame and not _valid_session(session):
+            self.k.counters["bad_frames"] += 1
+            self.error(id_, "bad_frame", f"input session {_brief(session)} is invalid: use a string of 1-256 characters, or leave it out")
+            return
         if self.k.stopping:
             self.error(id_, "shutdown", "the kernel is shutting down")
             return
-        job = Job(conn=self, id=id_, text=text, interrupt=prio == "interrupt")
+        job = Job(conn=self, id=id_, text=text, interrupt=prio == "interrupt", session=session)
         if job.interrupt:
             self.k.admit(job)  # interrupts do not wait for this connection's turn either
         elif self.current is None:
@@ -229,6 +246,7 @@ class Kernel:
         self.counters: collections.Counter[str] = collections.Counter()
         self.sched = Scheduler(settings.workers, settings.queue, self._run_turn)
         self.dedup = Dedup(settings.dedup_window)
+        self.sessions = Sessions(settings.session_turns, settings.max_sessions)
         self.llm = LLMClient(settings.llm_url, settings.model, settings.llm_timeout, ignore_index=settings.has("ignore-stream-index"))
         self.residents = procs.Residents(settings.data_dir, settings.max_residents, leak=settings.has("leak-children"))
         self.media = procs.MediaWorker(settings.data_dir)
@@ -377,6 +395,8 @@ class Kernel:
             "auth_failures": c["auth_failures"],
             "auth_timeouts": c["auth_timeouts"],
             "slow_readers": c["slow_readers"],
+            "sessions": len(self.sessions),
+            "session_evictions": self.sessions.evictions,
             "residents": self.residents.listing(),
             "workers": self.s.workers,
             "queue_capacity": self.s.queue,
@@ -393,7 +413,7 @@ class Kernel:
         """Dedup, then queue. True when the job will finish later (and then
         call ``conn.job_done``); False when it was answered here."""
         conn = job.conn
-        if not self.s.has("no-dedup") and self.dedup.seen(job.text):
+        if not self.s.has("no-dedup") and self.dedup.seen(job.text, job.session):
             self.counters["duplicates"] += 1
             job.state = "done"
             conn.send({"type": "response", "id": job.id, "text": "", "duplicate": True})
@@ -406,7 +426,7 @@ class Kernel:
             lane = "interrupt queue" if job.interrupt else "queue"
             conn.error(job.id, "busy", f"the {lane} is full ({self.s.queue} waiting, --queue); retry later")
             return False
-        self.dedup.remember(job.text)
+        self.dedup.remember(job.text, job.session)
         conn.active.add(job)
         return True
 
@@ -438,12 +458,40 @@ class Kernel:
         finally:
             conn.job_done(job)
 
+    def _history_key(self, job: Job) -> Any:
+        """Where the turn's session keeps its history; None: the input is on its own."""
+        if job.session is None:
+            return None
+        if self.s.has("session-crosstalk"):
+            return ("connection", job.conn.n)  # the fault: whatever session the input named
+        return job.session
+
+    def _request(self, prefix: list[Message], steps: list[list[Message]]) -> list[Message]:
+        """The messages of the next LLM request: the prefix (system prompt,
+        session history, this turn's user message), then every earlier step's
+        assistant tool-call message and results, in order."""
+        if self.s.has("loop-drop-results") and len(steps) >= 2:
+            steps = steps[-1:]  # the fault: only the latest step's exchange survives
+        return [*prefix, *itertools.chain.from_iterable(steps)]
+
+    def _step(self, reply: Any, results: list[Result]) -> list[Message]:
+        """One step's exchange as the LLM gets it back: the assistant message
+        with its tool calls, then one tool message per result."""
+        calls = [c.message() for c in reply.tool_calls]
+        done = [r.message() for r in results]
+        if self.s.has("loop-reuse-ids"):
+            # the fault: the kernel's own per-step numbering replaces the model's ids
+            ours = {id(c): f"call_{i}" for i, c in enumerate(reply.tool_calls)}
+            calls = [{**m, "id": ours[id(c)]} for m, c in zip(calls, reply.tool_calls)]
+            done = [{**m, "tool_call_id": ours.get(id(r.call), m["tool_call_id"])} for m, r in zip(done, results)]
+        return [{"role": "assistant", "content": reply.content or None, "tool_calls": calls}, *done]
+
     async def _turn(self, job: Job) -> str:
         conn = job.conn
-        messages: list[dict[str, Any]] = []
-        if self.s.system_prompt:
-            messages.append({"role": "system", "content": self.s.system_prompt})
-        messages.append({"role": "user", "content": job.text})
+        key = self._history_key(job)
+        user: Message = {"role": "user", "content": job.text}
+        prefix: list[Message] | None = None  # built at the first request: the history completed by then
+        steps: list[list[Message]] = []  # each step's exchange apart: a request is the prefix, then every step
 
         def on_delta(text: str) -> None:
             if not self.s.terse:  # a terse kernel words its answer itself: the model's text stays inside
@@ -461,15 +509,23 @@ class Kernel:
             await asyncio.sleep(self.s.delay_ms / 1000)
         for _ in range(self.s.max_steps):
             await self.sched.checkpoint(job)
-            reply = await self.llm.chat(messages, SCHEMAS, on_delta)
+            if prefix is None:
+                # Read after the first checkpoint: an interrupt of the same
+                # session that ran in this turn's place is part of its past.
+                prefix = [{"role": "system", "content": self.s.system_prompt}] if self.s.system_prompt else []
+                if key is not None:
+                    prefix += self.sessions.history(key)
+                prefix.append(user)
+            reply = await self.llm.chat(self._request(prefix, steps), SCHEMAS, on_delta)
             if not reply.tool_calls:
+                if key is not None:
+                    # Before the response frame goes out: a client that has the
+                    # answer finds the turn in the history, on any connection.
+                    answer: Message = {"role": "assistant", "content": reply.content}
+                    self.sessions.record(key, [user, *itertools.chain.from_iterable(steps), answer],
+                                         last_only=self.s.has("drop-history"))
                 return reply.content
-            messages.append(
-                {"role": "assistant", "content": reply.content or None, "tool_calls": [c.message() for c in reply.tool_calls]}
-            )
             results = await self.tools.run_batch(reply.tool_calls, on_start, on_end)
             self.counters["tool_calls"] += len(results)
-            messages.extend(r.message() for r in results)
+            steps.append(self._step(reply, results))
         raise TurnError("max_steps", f"the turn took more than {self.s.max_steps} LLM steps (--max-steps) without a final answer")
-
-

@@ -28,6 +28,7 @@ class Job:
     id: Any
     text: str
     interrupt: bool = False
+    session: str | None = None  # the input's session id: the turn carries that session's history
     received: float = field(default_factory=time.monotonic)
     task: asyncio.Task | None = None
     state: str = "new"  # new -> waiting (connection backlog) -> queued -> running -> done
@@ -37,7 +38,9 @@ class Job:
 
 class Dedup:
     """Texts accepted within the last ``window`` seconds (stored as digests,
-    at most ``capacity`` of them, oldest forgotten first)."""
+    at most ``capacity`` of them, oldest forgotten first). A text sent in a
+    session is remembered for that session only (``scope``): a replay is the
+    same text into the same conversation, not the same words in another one."""
 
     def __init__(self, window: float, capacity: int = 100_000) -> None:
         self.window = window
@@ -45,24 +48,31 @@ class Dedup:
         self._seen: collections.OrderedDict[bytes, float] = collections.OrderedDict()
 
     @staticmethod
-    def _key(text: str) -> bytes:
-        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    def _key(text: str, scope: str | None = None) -> bytes:
+        h = hashlib.blake2b(digest_size=16)
+        if scope is None:
+            h.update(b"\0")
+        else:  # length-prefixed, so that no (scope, text) pair reads as another
+            s = scope.encode("utf-8", "surrogatepass")
+            h.update(b"\1" + len(s).to_bytes(4, "big") + s)
+        h.update(text.encode("utf-8", "surrogatepass"))
+        return h.digest()
 
     def _prune(self, now: float) -> None:
         seen = self._seen
         while seen and (len(seen) > self.capacity or next(iter(seen.values())) <= now - self.window):
             seen.popitem(last=False)
 
-    def seen(self, text: str) -> bool:
+    def seen(self, text: str, scope: str | None = None) -> bool:
         if self.window <= 0:
             return False
         self._prune(time.monotonic())
-        return self._key(text) in self._seen
+        return self._key(text, scope) in self._seen
 
-    def remember(self, text: str) -> None:
+    def remember(self, text: str, scope: str | None = None) -> None:
         if self.window <= 0:
             return
-        key = self._key(text)
+        key = self._key(text, scope)
         self._seen.pop(key, None)
         self._seen[key] = time.monotonic()
         self._prune(time.monotonic())

@@ -29,6 +29,10 @@ FAULTS: dict[str, str] = {
     "no-dedup": "has no replay guard: identical inputs run again",
     "leak-children": "leaves resident children running at exit (and does not tie them to its life)",
     "hide-error-frames": "ends a turn whose LLM request failed with an empty `response`, not an `error`",
+    "session-crosstalk": "keys session history by connection, not by `session`: sessions on one connection bleed together",
+    "drop-history": "keeps only the last completed turn of each session's history",
+    "loop-drop-results": "sends only the latest step's tool exchange back: earlier steps of the turn are dropped",
+    "loop-reuse-ids": "sends tool calls back under its own ids call_0, call_1, ... restarting at every step",
 }
 
 # How a tool batch is scheduled: each is the contract of some real framework
@@ -55,6 +59,10 @@ def _rule(ok: bool, name: str, value: Any, want: str) -> None:
 
 def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _socket_path_rule(name: str, path: Path) -> None:
@@ -138,7 +146,8 @@ class KernelSettings:
     model: str = "kstress-refkernel"
     auth_timeout: float = 10.0
     tool_timeout: float = 60.0
-    max_steps: int = 8
+    # A tool loop of 10+ steps plus its final answer must fit (the mock's !loopK).
+    max_steps: int = 32
     max_write_buffer: int = 4 << 20
     conn_backlog: int = 256
     max_residents: int = 64
@@ -148,6 +157,8 @@ class KernelSettings:
     batch: str = "whole-batch"
     terse: bool = False
     delay_ms: int = 0
+    session_turns: int = 64
+    max_sessions: int = 10_000
 
     def __post_init__(self) -> None:
         _rule(
@@ -221,6 +232,8 @@ class KernelSettings:
             self.delay_ms,
             "use 0 (off) to 600000 milliseconds",
         )
+        _rule(_count(self.session_turns) and 1 <= self.session_turns <= 100_000, "session_turns", self.session_turns, "use 1 to 100000")
+        _rule(_count(self.max_sessions) and 1 <= self.max_sessions <= 10_000_000, "max_sessions", self.max_sessions, "use 1 to 10000000")
 
     def has(self, fault: str) -> bool:
         return fault in self.faults

@@ -1,5 +1,6 @@
 """Fixtures for the reference kernel's tests: the real mock (in-process, on
-loopback) and the real kernel as a subprocess on a real unix socket
+loopback), a scripted fake LLM where the mock has no marker for what a test
+needs (rkfake.py), and the real kernel as a subprocess on a real unix socket
 (rkhelpers.py). Test modules import helpers from rkhelpers / rkclient, never
 from ``conftest`` (that name is ambiguous across the test tree)."""
 
@@ -12,7 +13,16 @@ from typing import Any, AsyncIterator
 import pytest
 
 from mock import MockServer, MockSettings
+from rkfake import FakeLLM
 from rkhelpers import TOKEN, KernelProc, start_kernel
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    """The scripted fake LLM (rkfake.py), for ``rk(..., llm_url=llm.url + "/v1")``.
+    Ask for it before ``rk``, so the kernels stop before it does."""
+    async with FakeLLM() as fake:
+        yield fake
 
 
 @pytest.fixture

@@ -190,11 +190,13 @@ class KernelConn:
         except asyncio.TimeoutError:
             raise AssertionError(f"the kernel did not close the connection within {timeout} s; frames: {self.inbox[-5:]}") from None
 
-    async def input(self, text: str, id_: Any = None, priority: str | None = None) -> Any:
+    async def input(self, text: str, id_: Any = None, priority: str | None = None, session: str | None = None) -> Any:
         id_ = next(_ids) if id_ is None else id_
         frame: dict[str, Any] = {"type": "input", "id": id_, "text": text}
         if priority:
             frame["priority"] = priority
+        if session is not None:
+            frame["session"] = session
         await self.send(frame)
         return id_
 
@@ -208,9 +210,9 @@ class KernelConn:
                 turn.done_ns = time.time_ns()
                 return turn
 
-    async def turn(self, text: str, timeout: float = 30, priority: str | None = None) -> Turn:
+    async def turn(self, text: str, timeout: float = 30, priority: str | None = None, session: str | None = None) -> Turn:
         t0 = time.monotonic()
-        id_ = await self.input(text, priority=priority)
+        id_ = await self.input(text, priority=priority, session=session)
         return await self.collect(id_, timeout, t0, text)
 
     async def stats(self, timeout: float = 10) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from rkhelpers import procs_in
 from mock import markers
 from refkernel import FAULTS
 from rkclient import text_for
+from rkfake import check_loop, history_failures, interleaved_sessions, text
 
 TOOL_MS = 200
 
@@ -127,6 +128,63 @@ async def test_fault_hide_error_frames(rk):
         assert turn.kind == "response" and turn.text == "" and turn.verdict is None
     s = await conn.stats()
     assert s["failed"] == 2
+
+
+# The session and loop faults are seen in what the LLM is sent: the scripted
+# fake (rkfake.py) records it. Each test runs the same scenario on a kernel
+# without the fault, where the same check must pass.
+
+
+async def _with_and_without(rk, llm, fault: str, scenario):
+    clean = await scenario(await rk(llm_url=llm.url + "/v1"))
+    faulty = await scenario(await rk("--fault", fault, llm_url=llm.url + "/v1"))
+    return clean, faulty
+
+
+async def test_fault_session_crosstalk(llm, rk):
+    clean, faulty = await _with_and_without(rk, llm, "session-crosstalk", interleaved_sessions)
+    assert history_failures(llm, clean) == {}
+    failed = history_failures(llm, faulty)
+    # keyed by connection: B's first turn carries A's, and A resumed on the
+    # second connection carries nothing of its own past
+    assert sorted(failed) == ["A2", "A3", "B1", "B2", "B3"], failed
+    assert "carries ['" + faulty["A1"][0].rsplit("#", 1)[1] + "'], expected []" in failed["B1"]
+    assert "carries [], expected" in failed["A3"]
+
+
+async def test_fault_drop_history(llm, rk):
+    clean, faulty = await _with_and_without(rk, llm, "drop-history", interleaved_sessions)
+    assert history_failures(llm, clean) == {}
+    failed = history_failures(llm, faulty)
+    assert sorted(failed) == ["A3", "B3"], failed  # the third turn of each carries only the second
+    a2 = faulty["A2"][0].rsplit("#", 1)[1]
+    assert f"carries ['{a2}'], expected" in failed["A3"]
+
+
+async def _loop(k):
+    t, _ = text(loop=5, calls=2)
+    turn = await (await k.connect()).turn(t)
+    assert turn.kind == "response", turn.frames[-1]
+    return t
+
+
+async def test_fault_loop_drop_results(llm, rk):
+    clean, faulty = await _with_and_without(rk, llm, "loop-drop-results", _loop)
+    check_loop(llm, clean)
+    # steps 0 and 1 go back right; the request for step 2 has only step 1's exchange
+    with pytest.raises(AssertionError, match="request 2: step 0's assistant message is .*_1_0"):
+        check_loop(llm, faulty)
+
+
+async def test_fault_loop_reuse_ids(llm, rk):
+    clean, faulty = await _with_and_without(rk, llm, "loop-reuse-ids", _loop)
+    check_loop(llm, clean)
+    with pytest.raises(AssertionError, match="request 1: step 0's assistant message is .*'call_0'"):
+        check_loop(llm, faulty)
+    last = llm.requests_for(faulty.rsplit("#", 1)[1])[-1]
+    ids = [c["id"] for m in last if m["role"] == "assistant" for c in m["tool_calls"]]
+    assert ids == ["call_0", "call_1"] * 5  # colliding across steps
+    assert [m["tool_call_id"] for m in last if m["role"] == "tool"] == ids
 
 
 @pytest.mark.parametrize("marker", ["!batch4", "!slowbatch4", "!mixed4", "!img"])

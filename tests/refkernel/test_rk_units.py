@@ -301,3 +301,43 @@ def test_socket_is_listen_unix_and_exactly_one_is_given(tmp_path):
         KernelSettings(**kw)
     with pytest.raises(ConfigError, match="data_dir"):
         KernelSettings(listen="tcp:127.0.0.1:0", llm_url="http://127.0.0.1:9/v1")
+
+
+def _turn_msgs(t: str) -> list[dict]:
+    return [{"role": "user", "content": t}, {"role": "assistant", "content": t.upper()}]
+
+
+def test_sessions_keep_whole_turns_and_forget_the_least_recently_used():
+    from refkernel.sessions import Sessions
+
+    s = Sessions(turns=2, capacity=2)
+    for t in ("a1", "a2", "a3"):
+        s.record("a", _turn_msgs(t))
+    assert s.history("a") == _turn_msgs("a2") + _turn_msgs("a3")  # the oldest turn dropped, whole
+    s.record("b", _turn_msgs("b1"))
+    s.history("a")  # reading is a use: b is now the least recently used
+    s.record("c", _turn_msgs("c1"))
+    assert (len(s), s.evictions, "a" in s, "b" in s, "c" in s) == (2, 1, True, False, True)
+    assert s.history("b") == [] and "b" not in s  # reading an unknown session creates nothing
+    s.record("a", _turn_msgs("a4"), last_only=True)  # the drop-history fault
+    assert s.history("a") == _turn_msgs("a4")
+
+
+def test_dedup_remembers_a_session_text_for_that_session():
+    d = Dedup(30)
+    d.remember("t")
+    d.remember("u", "A")
+    assert (d.seen("t"), d.seen("t", "A"), d.seen("u"), d.seen("u", "A"), d.seen("u", "B")) == (True, False, False, True, False)
+    d.remember("b", "a")
+    assert not d.seen("ab") and not d.seen("b", "a\0") and not d.seen("", "ab")  # no pair reads as another
+
+
+@pytest.mark.parametrize("field, value", [("session_turns", 0), ("session_turns", True), ("session_turns", 100_001),
+                                          ("max_sessions", 0), ("max_sessions", 2.0), ("max_steps", 101)])
+def test_session_and_step_limits_are_checked(tmp_path, field, value):
+    from refkernel import ConfigError
+
+    with pytest.raises(ConfigError, match=f"{field}={value!r} is invalid: use 1 to"):
+        KernelSettings(listen="tcp:127.0.0.1:0", llm_url="http://127.0.0.1:9/v1", data_dir=tmp_path, **{field: value})
+    d = KernelSettings(listen="tcp:127.0.0.1:0", llm_url="http://127.0.0.1:9/v1", data_dir=tmp_path)
+    assert (d.max_steps, d.session_turns, d.max_sessions) == (32, 64, 10_000)
