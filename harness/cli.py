@@ -95,6 +95,7 @@ def _endpoint_params() -> list[click.Parameter]:
         click.Option(["--socket"], type=click.Path(path_type=Path), help="Kernel socket (instead of a sandbox)."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
+        click.Option(["--connect-timeout", "connect_timeout"], type=float, default=5.0, show_default=True, help="Seconds to connect and authenticate."),
     ]
 
 
@@ -216,33 +217,33 @@ def kcli_group() -> None:
 @click.option("--raw", is_flag=True, help="Send the text as is (no nonce suffix).")
 @click.argument("text")
 @_with(_endpoint_params)
-def kcli_send(state, socket, token, protocol, timeout, raw, text) -> None:
+def kcli_send(state, socket, token, protocol, connect_timeout, timeout, raw, text) -> None:
     """Send one input; print its frames and `verdict: ok` or the failure (exit 1)."""
     from .kcli import resolve_endpoint, send_one
 
-    ep = resolve_endpoint(socket, state, token, protocol)
+    ep = resolve_endpoint(socket, state, token, protocol, connect_timeout)
     verdict = run_edge(lambda: send_one(ep, text, timeout, sys.stdout, raw=raw))
     sys.exit(0 if verdict.passed else 1)
 
 
 @kcli_group.command("stats")
 @_with(_endpoint_params)
-def kcli_stats(state, socket, token, protocol) -> None:
+def kcli_stats(state, socket, token, protocol, connect_timeout) -> None:
     """Print the kernel's stats frame."""
     from .kcli import resolve_endpoint, stats
 
-    ep = resolve_endpoint(socket, state, token, protocol)
+    ep = resolve_endpoint(socket, state, token, protocol, connect_timeout)
     run_edge(lambda: stats(ep, sys.stdout))
 
 
 @kcli_group.command("shell")
 @click.option("--timeout", default=60.0, show_default=True)
 @_with(_endpoint_params)
-def kcli_shell(state, socket, token, protocol, timeout) -> None:
+def kcli_shell(state, socket, token, protocol, connect_timeout, timeout) -> None:
     """Read inputs from stdin, one per line; exit 1 when any failed."""
     from .kcli import resolve_endpoint, shell
 
-    ep = resolve_endpoint(socket, state, token, protocol)
+    ep = resolve_endpoint(socket, state, token, protocol, connect_timeout)
     failed = run_edge(lambda: shell(ep, timeout))
     sys.exit(1 if failed else 0)
 

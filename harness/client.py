@@ -10,6 +10,7 @@ an error frame for it, a deadline, or the connection's end.
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import itertools
 import os
@@ -20,12 +21,21 @@ from typing import Any, Callable
 
 from mock.markers import compose
 
+from .aio import grace
 from .protocol import FrameKind, HandshakeError, Protocol, ProtocolError
 
 # Errors that mean "the machine ran out of something", counted as capacity
 # errors rather than as failures of the kernel.
 CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 READ_LIMIT = 1 << 21  # above the protocol's 1 MiB frame limit
+
+# What one connection may hold, whatever a kernel sends (docs/results.md, "flood"):
+NOTIFY_KEPT = 16  # notify frames kept (all are counted)
+STASH_MAX = 256  # frames for inputs nobody waits for (late or unknown ids), kept until read
+TURN_FRAMES_KEPT = 1000  # frames of one turn kept for the record (all are counted)
+TURN_TEXT_MAX = 16 << 20  # characters of one turn's answer: beyond, the turn is a flood
+FLOOD_FRAMES = 10_000  # frames not of the awaited turn while waiting for it: a flood
+CLOSE_GRACE_S = 1.0  # a connection whose peer never reads is aborted after this
 
 
 class ConnError(Exception):
@@ -56,9 +66,11 @@ class Turn:
     duplicate: bool = False
     error_code: str | None = None
     error_message: str | None = None
-    outcome: str = "pending"  # response | error | timeout | conn_error | closed
+    outcome: str = "pending"  # response | error | timeout | conn_error | closed | flood
     conn_error: str | None = None  # what happened, for people
     conn_kind: str | None = None  # a ConnError kind, for the verdict
+    frames_dropped: int = 0  # frames of this turn beyond TURN_FRAMES_KEPT: counted, not kept
+    text_chars: int = 0
 
     def lost(self, kind: str, message: str) -> None:
         self.outcome, self.conn_kind, self.conn_error = "conn_error", kind, message
@@ -160,7 +172,10 @@ class KernelClient:
         self.connect_timeout_s = connect_timeout_s
         self.nonce_prefix = nonce_prefix
         self.retry_refused = retry_refused
-        self.notifications: list[dict[str, Any]] = []
+        self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=NOTIFY_KEPT)
+        self.notify_count = 0
+        self.stash_dropped = 0
+        self._stashed = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._stash: dict[str, list[tuple[float, dict[str, Any]]]] = {}
@@ -204,7 +219,9 @@ class KernelClient:
         if writer is not None:
             writer.close()
             try:
-                await asyncio.shield(writer.wait_closed())
+                # bounded: a peer that never reads would hold unsent bytes, and the close, forever
+                if not await grace(writer.wait_closed(), CLOSE_GRACE_S):
+                    writer.transport.abort()
             except (ConnectionError, OSError):
                 pass  # the peer already went away; nothing left to release
 
@@ -261,21 +278,42 @@ class KernelClient:
                     elif kind is FrameKind.STATS:
                         self._stats.append(frame)
                     else:
-                        self._stash.setdefault(fid or "", []).append((now, frame))
+                        self._stash_frame(fid, now, frame)
+
+    def _stash_frame(self, fid: str | None, t: float, frame: dict[str, Any]) -> None:
+        """A frame for an input nobody waits for now: kept (bounded) until its
+        turn collects it; beyond STASH_MAX the oldest go, counted."""
+        if self._stashed >= STASH_MAX:
+            oldest = next(iter(self._stash))
+            self._stashed -= len(self._stash.pop(oldest))
+            self.stash_dropped += 1
+        self._stash.setdefault(fid or "", []).append((t, frame))
+        self._stashed += 1
+
+    def _unstash(self, key: str) -> list[tuple[float, dict[str, Any]]] | None:
+        frames = self._stash.pop(key, None)
+        if frames:
+            self._stashed -= len(frames)
+        return frames
 
     # --- turns -----------------------------------------------------------------
 
-    async def send(self, text: str, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False) -> Turn:
+    async def send(self, text: str, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False, timeout_s: float = 60.0) -> Turn:
         """Send one input. Unless ``raw``, ``text`` is a marker (or None-like
-        empty string) and a unique nonce suffix is appended."""
+        empty string) and a unique nonce suffix is appended. A kernel that does
+        not read the input within ``timeout_s`` times the turn out."""
         nonce = nonce or new_nonce(self.nonce_prefix)
         full = text if raw else compose(text or None, nonce)
         turn = Turn(input_id=nonce, text=full, nonce=nonce, interrupt=interrupt)
         turn.t_sent = time.monotonic()
         try:
-            await self._send(self.protocol.input_frame(nonce, full, interrupt))
+            async with asyncio.timeout_at(turn.t_sent + timeout_s):
+                await self._send(self.protocol.input_frame(nonce, full, interrupt))
         except ConnError as exc:
             turn.lost(exc.kind, str(exc))
+        except TimeoutError:
+            self._eof = True  # half a frame may be out: this connection is done
+            turn.outcome, turn.conn_error = "timeout", f"the kernel did not read the input within {timeout_s:g}s"
         return turn
 
     async def collect(self, turn: Turn, timeout_s: float) -> Turn:
@@ -284,11 +322,13 @@ class KernelClient:
             return turn
         key = turn.input_id
         classify = self.protocol.classify
+        stray = 0
+        notify0 = self.notify_count
         try:
             # one timeout for the whole turn (asyncio.wait_for would make a task per frame)
             async with asyncio.timeout_at(turn.t_sent + timeout_s):
                 while turn.outcome == "pending":
-                    stashed = self._stash.pop(key, None)  # read for us by another reader
+                    stashed = self._unstash(key)  # read for us by another reader
                     if stashed:
                         for t, frame in stashed:
                             self._apply(turn, t, frame, classify(frame)[0])
@@ -306,12 +346,19 @@ class KernelClient:
                         kind, fid = classify(frame)
                         if fid == key and kind is not FrameKind.NOTIFY and kind is not FrameKind.STATS:
                             self._apply(turn, now, frame, kind)
-                        elif kind is FrameKind.NOTIFY:
+                            continue
+                        if kind is FrameKind.NOTIFY:
                             self.notifications.append(frame)
+                            self.notify_count += 1
                         elif kind is FrameKind.STATS:
                             self._stats.append(frame)
+                            del self._stats[:-4]
                         else:
-                            self._stash.setdefault(fid or "", []).append((now, frame))
+                            self._stash_frame(fid, now, frame)
+                        stray += 1
+                        if stray >= FLOOD_FRAMES:
+                            n = self.notify_count - notify0
+                            self._flood(turn, f"{stray} frames that were not this turn's while waiting for it ({n} notify, {stray - n} other)")
         except TimeoutError:
             turn.outcome = "timeout"
             return turn
@@ -327,12 +374,28 @@ class KernelClient:
             turn.outcome, turn.conn_error = "closed", "kernel closed the connection before the turn ended"
         return turn
 
+    def _flood(self, turn: Turn, what: str) -> None:
+        """Stop reading a connection the kernel floods: the turn fails by name
+        and the harness holds no more of it than the bounds above."""
+        turn.outcome, turn.conn_error = "flood", what
+        self._eof = True
+        if self._writer is not None:
+            self._writer.transport.abort()
+
     def _apply(self, turn: Turn, t: float, frame: dict[str, Any], kind: FrameKind) -> None:
-        turn.frames.append((t, frame))
+        if len(turn.frames) < TURN_FRAMES_KEPT:
+            turn.frames.append((t, frame))
+        else:
+            turn.frames_dropped += 1
         if turn.t_first is None:
             turn.t_first = t
         if kind is FrameKind.DELTA:
-            turn.deltas.append(self.protocol.text_of(frame))
+            text = self.protocol.text_of(frame)
+            turn.text_chars += len(text)
+            if turn.text_chars > TURN_TEXT_MAX:
+                self._flood(turn, f"an answer of more than {TURN_TEXT_MAX} characters in {len(turn.deltas) + 1} deltas")
+                return
+            turn.deltas.append(text)
         elif kind is FrameKind.TERMINAL:
             turn.response_text = self.protocol.text_of(frame)
             turn.duplicate = bool(frame.get("duplicate"))
@@ -343,7 +406,7 @@ class KernelClient:
             turn.outcome, turn.t_done = "error", t
 
     async def turn(self, text: str = "", timeout_s: float = 60.0, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False) -> Turn:
-        turn = await self.send(text, interrupt=interrupt, nonce=nonce, raw=raw)
+        turn = await self.send(text, interrupt=interrupt, nonce=nonce, raw=raw, timeout_s=timeout_s)
         return await self.collect(turn, timeout_s)
 
     async def stats(self, timeout_s: float = 5.0) -> dict[str, Any]:

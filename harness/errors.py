@@ -8,6 +8,7 @@
      +-- InfraError                 5  kstress's own side failed, not the kernel: a sandbox that
      |    |                            cannot be cleaned up, the mock LLM died
      |    +-- SandboxCleanupError   5
+     |    +-- MockDied              5    the mock LLM exited during the run
      +-- ChecksFailed               1  the run finished and some verdict failed
 
     (no exception)               130  interrupted: SIGINT, SIGTERM or SIGHUP cancel the run at the
@@ -47,6 +48,11 @@ class InfraError(KstressError):
 
 class SandboxCleanupError(InfraError):
     """A sandbox's processes or namespace could not be removed."""
+
+
+class MockDied(InfraError):
+    """The mock LLM exited while a run was driving its kernel: every turn after
+    it would fail, and not by the kernel's fault."""
 
 
 class ChecksFailed(KstressError):

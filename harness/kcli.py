@@ -18,6 +18,7 @@ from mock.errors import MarkerError
 
 from .client import ConnError, KernelClient, Turn
 from .errors import UsageError
+from .options import CONNECT_TIMEOUT_S
 from .protocol import Protocol, load_protocol
 from .supervisor import require_running
 from .verdict import TurnVerdict, judge
@@ -28,13 +29,19 @@ class Endpoint:
     socket: str
     token: str | None
     protocol: Protocol
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
+
+    def client(self) -> KernelClient:
+        return KernelClient(self.socket, self.token, self.protocol, connect_timeout_s=self.connect_timeout_s)
 
 
-def resolve_endpoint(socket: Path | None, state: Path | None, token: str | None, protocol: str | None) -> Endpoint:
+def resolve_endpoint(socket: Path | None, state: Path | None, token: str | None, protocol: str | None, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Endpoint:
+    if not 0.1 <= connect_timeout_s <= 3600:
+        raise UsageError(f"--connect-timeout {connect_timeout_s!r} is invalid: use 0.1 to 3600 seconds")
     if socket is not None:
-        return Endpoint(str(socket), token, load_protocol(protocol))
+        return Endpoint(str(socket), token, load_protocol(protocol), connect_timeout_s)
     s = require_running(state).state
-    return Endpoint(s.socket, token or s.token, load_protocol(protocol or s.protocol))
+    return Endpoint(s.socket, token or s.token, load_protocol(protocol or s.protocol), connect_timeout_s)
 
 
 def print_frames(turn: Turn, out: TextIO) -> None:
@@ -48,7 +55,7 @@ async def send_one(ep: Endpoint, text: str, timeout_s: float, out: TextIO, raw: 
     except MarkerError as exc:
         raise UsageError(f"input {text!r}: {exc}") from None
     try:
-        async with KernelClient(ep.socket, ep.token, ep.protocol) as client:
+        async with ep.client() as client:
             turn = await client.turn(text, timeout_s, raw=raw)
     except ConnError as exc:
         raise UsageError(f"cannot talk to the kernel at {ep.socket}: {exc}") from None
@@ -62,7 +69,7 @@ async def send_one(ep: Endpoint, text: str, timeout_s: float, out: TextIO, raw: 
 
 async def stats(ep: Endpoint, out: TextIO) -> dict[str, Any]:
     try:
-        async with KernelClient(ep.socket, ep.token, ep.protocol) as client:
+        async with ep.client() as client:
             s = await client.stats()
     except ConnError as exc:
         raise UsageError(f"cannot talk to the kernel at {ep.socket}: {exc}") from None

@@ -11,6 +11,7 @@ accepts and the auth handshake succeeds. Leaving the block stops the target
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import json
 import os
@@ -37,6 +38,8 @@ from .state import STATE_NAME, invoking_ids, pointer_path, state_home  # noqa: F
 from .target import TargetSpec, render
 
 SOCKET_NAME = "kernel.sock"
+OWNER_LOCK = "owner.lock"
+TEARDOWN_NAME = "teardown.json"  # a detached sandbox stopped cleanly: its directory is kept
 MOCK_SOCKET_NAME = "mock.sock"
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
 
@@ -133,6 +136,9 @@ class Launch:
         self.argv: list[str] = []
         self._closed = False
         self._files: list[Any] = []
+        self._owner_fd: int | None = None
+        self.results: Path | None = None  # the run directory collecting this sandbox's results, if any
+        self.label = ""
 
     # --- paths -----------------------------------------------------------------
 
@@ -180,7 +186,12 @@ class Launch:
     def _make_run_dir(self) -> Path:
         root = self.settings.run_root or Path(tempfile.gettempdir())
         root.mkdir(parents=True, exist_ok=True)
+        sweep_sandbox_dirs(root)
         run_dir = Path(tempfile.mkdtemp(prefix="kst-", dir=root))  # mode 0700
+        # held for this process's life (not inherited: O_CLOEXEC): a sweep that
+        # can lock it knows the owner is gone
+        self._owner_fd = os.open(run_dir / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._owner_fd, fcntl.LOCK_EX)
         sock = run_dir / SOCKET_NAME
         if len(os.fsencode(sock)) > UNIX_PATH_MAX:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -310,7 +321,8 @@ class Launch:
             "namespace": getattr(self.sandbox, "name", None),
             "mechanism": getattr(self.sandbox, "mechanism", None),
             "net_inode": getattr(self.sandbox, "net_inode", None),
-            "token": self.token,
+            # a stopped sandbox's directory is kept for its logs: not its live token
+            "token": None if status == "stopped" else self.token,
             "supervisor_pid": os.getpid(),
             "pids": {
                 "mock": self.mock_proc.pid if self.mock_proc else None,
@@ -324,6 +336,8 @@ class Launch:
             "tool_ms": self.settings.tool_ms,
             "mixed_ms": self.settings.mixed_ms,
             "tools": self.spec.tools,
+            "results": str(self.results) if self.results else None,
+            "label": self.label,
             "updated": time.time(),
             **extra,
         }
@@ -414,6 +428,59 @@ class Launch:
         """For a run that copied what it needs (logs, mock log) elsewhere."""
         if self.run_dir is not None and self._closed:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+            self._release_owner()
+
+    def _release_owner(self) -> None:
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = None
+
+
+def sweep_sandbox_dirs(root: Path) -> list[Path]:
+    """Remove the sandbox directories under ``root`` whose owner died without
+    cleaning up (SIGKILL, a closed terminal): their owner.lock can be locked.
+    A directory kept on purpose -- a detached sandbox stopped cleanly, which
+    wrote teardown.json -- stays. Before removing, the process logs and the
+    mock's log go to the run directory that was collecting the results, if
+    state.json names one that still exists. Returns what was removed."""
+    removed = []
+    me = invoking_ids()[0]
+    for d in root.glob("kst-*"):
+        lock = d / OWNER_LOCK
+        try:
+            if not d.is_dir() or d.is_symlink() or d.stat().st_uid not in (me, os.geteuid()) or (d / TEARDOWN_NAME).exists():
+                continue
+            fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # not a sandbox dir of ours (no lock file), or gone meanwhile
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its owner lives
+            _rescue_logs(d)
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _rescue_logs(sandbox_dir: Path) -> None:
+    try:
+        state = json.loads((sandbox_dir / STATE_NAME).read_text())
+        results = Path(state["results"]) if isinstance(state, dict) and isinstance(state.get("results"), str) else None
+    except (OSError, ValueError, KeyError):
+        return
+    if results is None or not results.is_dir():
+        return
+    label = state.get("label") or ""
+    logs = results / (f"logs-{label}" if label else "logs")
+    if (sandbox_dir / "logs").is_dir() and not logs.exists():
+        shutil.copytree(sandbox_dir / "logs", logs, dirs_exist_ok=True)
+    mock_log = results / (f"mock-{label}.jsonl" if label else "mock.jsonl")
+    if (sandbox_dir / "mock.jsonl").exists() and not mock_log.exists():
+        shutil.copyfile(sandbox_dir / "mock.jsonl", mock_log)
 
 
 async def _wait_exit(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:

@@ -57,3 +57,22 @@ def out_opt() -> Any:
 
 def quiet_opt() -> Any:
     return opt(False, **QUIET)
+
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def connect_opt(default: float = CONNECT_TIMEOUT_S) -> Any:
+    """--connect-timeout: connecting and authenticating one connection is
+    bounded by it, on every scenario (a kernel that accepts but never reads
+    can only cost this much per input)."""
+    return opt(default, "--connect-timeout", float, "Seconds to connect and authenticate one connection.")
+
+
+def check_timeouts(settings: Any) -> None:
+    """--timeout and --connect-timeout within their bounds, naming the flag."""
+    from .errors import UsageError
+
+    for flag, v in (("--timeout", getattr(settings, "timeout_s", None)), ("--connect-timeout", getattr(settings, "connect_timeout_s", None))):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.1 <= v <= 3600):
+            raise UsageError(f"{flag} {v!r} is invalid: use 0.1 to 3600 seconds")

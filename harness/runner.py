@@ -50,6 +50,8 @@ from .sut import Target
 from .verdict import TurnVerdict, judge
 
 Rows = list[dict[str, Any]]
+# connection failures that mean the peer went away: worth a look whether it died
+VANISHED = frozenset({"refused", "no_socket", "reset", "closed"})
 
 
 @dataclass(frozen=True)
@@ -179,9 +181,17 @@ class Run:
         self.extras: dict[str, Any] = {}
         self.t0 = time.monotonic()
 
-    def record(self, turn: Turn, target: Target, *, progress: bool = True, **labels: Any) -> TurnVerdict:
-        """Judge one turn against the target's plan, write its row, count it."""
+    async def record(self, turn: Turn, target: Target, *, progress: bool = True, **labels: Any) -> TurnVerdict:
+        """Judge one turn against the target's plan, write its row, count it.
+        A turn that failed because the target or the mock just died is not
+        load: the run ends (TargetDied / MockDied) instead."""
         v = judge(turn, target.plan(turn.text))
+        if not v.passed:
+            if turn.conn_kind in VANISHED or turn.outcome == "closed":
+                if await target.vanished():
+                    target.check()
+            else:
+                target.check()
         row = v.to_json()
         row.update(labels)
         if target.label:
@@ -193,15 +203,14 @@ class Run:
             self.progress.add(v.passed, v.latency_s)
         return v
 
-    def record_failure(self, marker: str, err: ConnError, target: Target, **labels: Any) -> TurnVerdict:
+    async def record_failure(self, marker: str, err: ConnError, target: Target, **labels: Any) -> TurnVerdict:
         """An input that could not be delivered: attempted, so it counts."""
-        return self.record(failed_turn(marker, err), target, **labels)
+        return await self.record(failed_turn(marker, err), target, **labels)
 
     def check_alive(self) -> None:
-        """Between turns: end the run early when a target died."""
+        """Between turns: end the run early when a target or its mock died."""
         for t in self.targets:
-            if not t.alive():
-                raise TargetDied(f"target {t.meta.get('name')} died during the run")
+            t.check()
 
 
 Body = Callable[[Run], Awaitable[None]]
@@ -223,6 +232,7 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
     flusher: asyncio.Task | None = None
     try:
         for t in targets:
+            t.results = rundir.path
             await stack.enter_async_context(t)
         rundir.write_doc(_doc(scenario, settings, targets, run, started, "running"))  # now with the targets' metadata
         flusher = asyncio.create_task(_flush_every(rundir))

@@ -24,10 +24,9 @@ from typing import Any
 import psutil
 
 from .errors import KstressError, TargetError, UsageError
-from .launcher import Launch, LaunchSettings, give_to_invoking_user, read_line
+from .launcher import TEARDOWN_NAME, Launch, LaunchSettings, give_to_invoking_user, read_line
 from .state import SandboxState, pointer_path, read_state
 
-TEARDOWN_NAME = "teardown.json"
 
 
 @dataclass(frozen=True)
@@ -100,21 +99,29 @@ async def supervise(settings: LaunchSettings, out: Any) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
+    launch = Launch(settings)
+    ready = False
     try:
-        async with Launch(settings) as run:
+        async with launch as run:
+            ready = True
             _write_pointer(run.state_path)
             out.write(f"ready {run.state_path}\n")
             out.flush()
             _detach_stdout()
             try:
-                assert run.target_proc is not None
+                assert run.target_proc is not None and run.mock_proc is not None
                 died = asyncio.ensure_future(run.target_proc.wait())
+                mock_died = asyncio.ensure_future(run.mock_proc.wait())
                 stopping = asyncio.ensure_future(stop.wait())
-                done, _ = await asyncio.wait({died, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if died in done and not stop.is_set():
-                    run.write_state(status="target_died", returncode=run.target_proc.returncode, died_at=time.time())
+                done, _ = await asyncio.wait({died, mock_died, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not stop.is_set():
+                    # the harness's side failing is not the kernel's: say which died
+                    if mock_died in done:
+                        run.write_state(status="mock_died", mock_returncode=run.mock_proc.returncode, died_at=time.time())
+                    else:
+                        run.write_state(status="target_died", returncode=run.target_proc.returncode, died_at=time.time())
                     await stopping
-                for f in (died, stopping):
+                for f in (died, mock_died, stopping):
                     f.cancel()
                 exit_ = await run.stop_target()
                 teardown = {
@@ -129,6 +136,8 @@ async def supervise(settings: LaunchSettings, out: Any) -> int:
                 _clear_pointer(run.state_path)
         return 0
     except KstressError as exc:
+        if not ready:
+            launch.remove_run_dir()  # a sandbox that never came up keeps nothing worth its directory
         out.write(f"error {exc.exit_code} {' | '.join(str(exc).splitlines())}\n")
         out.flush()
         return exc.exit_code

@@ -14,7 +14,9 @@ sandbox when this run owns one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,16 +27,32 @@ import psutil
 from mock.catalog import DEFAULT_CATALOG, Catalog
 from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, Plan, build_plan
 
-from .aio import finish_shielded
+from .aio import finish_shielded, grace
 from .client import KernelClient
-from .errors import TargetError
-from .launcher import Launch, LaunchSettings
+from .errors import KstressError, MockDied, TargetDied, TargetError
+from .launcher import Launch, LaunchSettings, tail
 from .protocol import Protocol, load_protocol
 from .state import SandboxState
 from .supervisor import require_running
 from .target import load_catalog_file
 
 ALIVE_EVERY_S = 0.05
+
+
+def exit_status(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,7 @@ class Target:
         self.meta: dict[str, Any] = {}
         self.orphans: list[dict[str, Any]] | None = None
         self._sandbox: SandboxState | None = None
+        self.results: Path | None = None  # the run directory, set by the runner
         self._prepared = False
         self._alive_at = -ALIVE_EVERY_S
         self._stack = contextlib.AsyncExitStack()
@@ -115,8 +134,11 @@ class Target:
         self.prepare()
         a = self.access
         if a.launch is not None:
-            L = await self._stack.enter_async_context(Launch(a.launch))
-            self.launch = L
+            # assigned before it starts: a launch that fails half-way still
+            # has a sandbox dir whose logs the run keeps and then removes
+            L = self.launch = Launch(a.launch)
+            L.results, L.label = self.results, self.label
+            await self._stack.enter_async_context(L)
             self.socket, self.token = str(L.socket_path), L.token
             self.target_pid = L.target_proc.pid if L.target_proc else None
             self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir else None
@@ -146,22 +168,54 @@ class Target:
         return build_plan(text, self.catalog, self.tool_ms, self.mixed_ms)
 
     def alive(self) -> bool:
+        try:
+            self.check()
+        except KstressError:
+            return False
+        return True
+
+    def check(self) -> None:
+        """Raise MockDied or TargetDied when either process of the sandbox
+        has exited (the mock first: a dead mock makes the kernel fail too)."""
         if self.launch is not None:
-            return self.launch.target_alive()
+            L = self.launch
+            if L.mock_proc is not None and L.mock_proc.returncode is not None:
+                raise MockDied(f"the mock LLM died during the run ({exit_status(L.mock_proc.returncode)}); its stderr:\n{tail(L.logs / 'mock.err') or '(empty)'}")
+            if L.target_proc is not None and L.target_proc.returncode is not None:
+                raise TargetDied(
+                    f"target {L.spec.name} died during the run ({exit_status(L.target_proc.returncode)}); the tail of its stderr:\n"
+                    f"{tail(L.logs / 'target.err') or '(empty)'}"
+                )
+            return
         if self.target_pid is None:
-            return True
-        # a detached sandbox's target is another process's child: ask /proc,
-        # at most every ALIVE_EVERY_S (it is asked between every two turns)
+            return
+        # a detached sandbox's processes are another process's children: ask
+        # /proc, at most every ALIVE_EVERY_S (this runs between every two turns)
         now = time.monotonic()
         if now - self._alive_at < ALIVE_EVERY_S:
-            return True
-        try:
-            ok = psutil.Process(self.target_pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            ok = False
-        if ok:
-            self._alive_at = now
-        return ok
+            return
+        if self._sandbox is not None and self._sandbox.mock_pid is not None and not _running(self._sandbox.mock_pid):
+            raise MockDied(f"the mock LLM of the sandbox died during the run (pid {self._sandbox.mock_pid}); its logs are in {self._sandbox.run_dir / 'logs'}")
+        if not _running(self.target_pid):
+            raise TargetDied(f"target {self.meta.get('name')} died during the run (pid {self.target_pid}, not our child: its exit status is in {self._sandbox.path if self._sandbox else 'the sandbox state'} once the supervisor saw it)")
+        self._alive_at = now
+
+    async def vanished(self, within_s: float = 0.5) -> bool:
+        """After a connection was refused or reset: did the target (or the
+        mock) just die? Waits up to ``within_s`` for the exit to be seen, so
+        inputs that fail because of a death are not counted as load."""
+        deadline = time.monotonic() + within_s
+        while True:
+            self._alive_at = -ALIVE_EVERY_S
+            if not self.alive():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self.launch is not None and self.launch.target_proc is not None:
+                await grace(self.launch.target_proc.wait(), left)
+            else:
+                await asyncio.sleep(min(0.02, left))  # polling /proc with a deadline
 
     async def stop_and_check_orphans(self) -> list[dict[str, Any]] | None:
         """Only for a sandbox this run launched: stop the target, list what it

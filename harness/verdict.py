@@ -82,9 +82,12 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False) -> TurnVerd
     reply = turn.reply
 
     if turn.outcome == "conn_error":
-        failures.append(f"conn_error:{turn.conn_kind or 'unknown'}")
+        # the reason travels with the name (turns.jsonl, the report's examples)
+        failures.append(f"conn_error:{turn.conn_kind or 'unknown'}" + (f" ({turn.conn_error})" if turn.conn_error else ""))
     elif turn.outcome == "timeout":
-        failures.append("timeout")
+        failures.append("timeout" + (f" ({turn.conn_error})" if turn.conn_error else ""))
+    elif turn.outcome == "flood":
+        failures.append(f"flood ({turn.conn_error})")
     elif turn.outcome == "closed":
         failures.append("closed")
     elif expect_duplicate:

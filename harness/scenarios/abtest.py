@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from mock.markers import MS_MAX, build_plan
 
 from ..errors import UsageError
-from ..options import opt, out_opt, quiet_opt
+from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
 from ..report import checks_section, fmt_ms, fmt_num, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
@@ -42,10 +42,12 @@ class AbtestSettings:
     tool_ms: int | None = opt(None, "--ab-tool-ms", int, "Sleep of each tool in the markers (default: the mock's --tool-ms).")
     expect_concurrency: bool = opt(True, "--no-expect-concurrency", bool, "Do not fail when a parallel-safe batch ran serially.")
     timeout_s: float = opt(120.0, "--timeout", float, "Seconds one turn may take.")
+    connect_timeout_s: float = connect_opt()
     out: Path = out_opt()
     quiet: bool = quiet_opt()
 
     def __post_init__(self) -> None:
+        check_timeouts(self)
         check_batch_sizes(self.ns, "2,4,8,12")
         if not MIN_VALID <= self.rounds <= 1000:
             raise UsageError(f"--rounds {self.rounds} is invalid: use {MIN_VALID} to 1000 (a median with a confidence interval needs at least {MIN_VALID} valid rounds per arm)")
@@ -134,7 +136,7 @@ async def run_abtest(settings: AbtestSettings, access: Access) -> RunResult:
 
     async def body(run: Run) -> None:
         tool_ms = settings.effective_tool_ms([target])
-        seq = Sequential(run, target, settings.timeout_s)
+        seq = Sequential(run, target, settings.timeout_s, settings.connect_timeout_s)
         try:
             for n in settings.ns:
                 a, b = markers_for(n, tool_ms)

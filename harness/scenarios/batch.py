@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..options import opt, out_opt, quiet_opt
+from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
 from ..report import checks_section, fmt_ms, fmt_pct, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
@@ -32,10 +32,12 @@ class BatchSettings:
     kinds: tuple[str, ...] = opt(KINDS, "--kinds", str, "Which batch markers.", parse=_kinds, shown="batch,mixed,slowbatch")
     rounds: int = opt(3, "--rounds", int, "Turns per marker.")
     timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
+    connect_timeout_s: float = connect_opt()
     out: Path = out_opt()
     quiet: bool = quiet_opt()
 
     def __post_init__(self) -> None:
+        check_timeouts(self)
         check_batch_sizes(self.ns, "2,4,8")
         for n in self.ns:
             if n < 2 and "mixed" in self.kinds:
@@ -98,7 +100,7 @@ async def run_batch(settings: BatchSettings, access: Access) -> RunResult:
     target = Target(access)
 
     async def body(run: Run) -> None:
-        seq = Sequential(run, target, settings.timeout_s)
+        seq = Sequential(run, target, settings.timeout_s, settings.connect_timeout_s)
         try:
             for rnd in range(settings.rounds):
                 for n in settings.ns:

@@ -25,7 +25,7 @@ from mock.markers import DEFAULT_TOOL_MS, N_MAX
 from ..client import ConnError
 from ..errors import UsageError
 from ..launcher import LaunchSettings
-from ..options import arg, opt, out_opt, quiet_opt
+from ..options import arg, check_timeouts, connect_opt, opt, out_opt, quiet_opt
 from ..report import checks_section, fmt_ms, fmt_num, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
@@ -59,11 +59,13 @@ class CmpSettings:
     alpha: float = opt(ALPHA, "--alpha", float, "Significance level of the Mann-Whitney U test.")
     min_effect: float = opt(MIN_EFFECT, "--min-effect", float, "Smallest change called better or worse (a fraction; percentage points for rates).")
     timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
+    connect_timeout_s: float = connect_opt()
     mechanism: str = opt("auto", "--mechanism", str, "Sandbox mechanism.", choices=("auto", "netns", "userns"))
     out: Path = out_opt()
     quiet: bool = quiet_opt()
 
     def __post_init__(self) -> None:
+        check_timeouts(self)
         if not 2 <= self.n <= N_MAX:
             raise UsageError(f"--n {self.n} is invalid: the batch size for dimensions 1 and 2 is 2 to {N_MAX}")
         for name in ("rounds", "bombard_rounds", "stability_rounds"):
@@ -185,12 +187,12 @@ async def _bombard(run: Run, target: Target, rnd: int, s: CmpSettings) -> None:
     async def one(k: int) -> None:
         labels = dict(kind="cmp", dim="bombardment", round=rnd, conn=k)
         try:
-            async with target.client(connect_timeout_s=30.0) as c:
+            async with target.client(connect_timeout_s=s.connect_timeout_s) as c:
                 turn = await c.turn(s.bombard_marker, s.timeout_s)
         except ConnError as exc:
-            run.record_failure(s.bombard_marker, exc, target, **labels)
+            await run.record_failure(s.bombard_marker, exc, target, **labels)
             return
-        run.record(turn, target, **labels)
+        await run.record(turn, target, **labels)
 
     async with asyncio.TaskGroup() as tg:
         for k in range(s.bombard_conns):
@@ -205,7 +207,7 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
 
     async def body(run: Run) -> None:
         s = settings
-        seqs = {v: Sequential(run, t, s.timeout_s) for v, t in targets.items()}
+        seqs = {v: Sequential(run, t, s.timeout_s, s.connect_timeout_s) for v, t in targets.items()}
 
         def order(rnd: int) -> tuple[str, str]:
             return ("old", "new") if rnd % 2 == 0 else ("new", "old")  # ABBA

@@ -21,7 +21,7 @@ import psutil
 
 from ..client import ConnError, KernelClient
 from ..errors import UsageError
-from ..options import opt, out_opt, quiet_opt
+from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
 from ..report import checks_section, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
@@ -35,12 +35,13 @@ class HoldSettings:
     conns: int = opt(10_000, "--conns", int, "Connections to hold at once.")
     probe: int = opt(32, "--probe", int, "Held connections that send one input at once (keep it within the kernel queue).")
     connect_concurrency: int = 512
-    connect_timeout_s: float = 60.0
+    connect_timeout_s: float = connect_opt(30.0)  # 10,000 at once, 512 at a time: each waits its turn
     timeout_s: float = opt(120.0, "--timeout", float, "Seconds one turn may take.")
     out: Path = out_opt()
     quiet: bool = quiet_opt()
 
     def __post_init__(self) -> None:
+        check_timeouts(self)
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         if not 1 <= self.conns <= soft - FD_RESERVE:
             raise UsageError(
@@ -95,7 +96,7 @@ async def run_hold(settings: HoldSettings, access: Access) -> RunResult:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(c.turn("", settings.timeout_s)) for c in probes]
             for k, t in enumerate(tasks):
-                run.record(t.result(), target, progress=False, kind="probe", conn=k)
+                await run.record(t.result(), target, progress=False, kind="probe", conn=k)
             held = sum(1 for c in clients if c.connected)
         finally:
             # every one closed, whatever another's close raised

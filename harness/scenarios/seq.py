@@ -12,7 +12,7 @@ from ..verdict import TurnVerdict
 
 
 class Sequential:
-    def __init__(self, run: Run, target: Target, timeout_s: float, connect_timeout_s: float = 30.0) -> None:
+    def __init__(self, run: Run, target: Target, timeout_s: float, connect_timeout_s: float) -> None:
         self.run = run
         self.target = target
         self.timeout_s = timeout_s
@@ -28,9 +28,9 @@ class Sequential:
                 self.client = await self.target.client(connect_timeout_s=self.connect_timeout_s).connect()
             except ConnError as exc:
                 self.client = None
-                return self.run.record_failure(marker, exc, self.target, **labels)
+                return await self.run.record_failure(marker, exc, self.target, **labels)
         turn = await self.client.turn(marker, self.timeout_s)
-        return self.run.record(turn, self.target, **labels)
+        return await self.run.record(turn, self.target, **labels)
 
     async def aclose(self) -> None:
         if self.client is not None:

@@ -25,7 +25,7 @@ from mock.markers import build_plan
 
 from ..client import ConnError, KernelClient, new_nonce
 from ..errors import UsageError
-from ..options import opt, out_opt, quiet_opt
+from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
 from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
@@ -84,7 +84,7 @@ class StressSettings:
     duration_s: float | None = opt(None, "--duration", float, "Stop sending new inputs after S seconds.")
     rate: float | None = opt(None, "--rate", float, "Open model: inputs per second (latency also from the scheduled time).")
     timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
-    connect_timeout_s: float = 30.0
+    connect_timeout_s: float = connect_opt()
     seed: int = opt(1, "--seed", int, "Seed of the marker mix.")
     sample_interval_s: float = 0.5
     dedup_probe: bool = opt(True, "--no-dedup-probe", bool, "Skip the replay-guard probe (for kernels without one).")
@@ -104,8 +104,7 @@ class StressSettings:
             raise UsageError(f"--duration {self.duration_s} is invalid: use 0 < S <= 86400 seconds")
         if self.rate is not None and not 0 < self.rate <= 100_000:
             raise UsageError(f"--rate {self.rate} is invalid: use 0 < R <= 100000 inputs per second")
-        if not 0.1 <= self.timeout_s <= 3600:
-            raise UsageError(f"--timeout {self.timeout_s} is invalid: use 0.1 to 3600 seconds")
+        check_timeouts(self)
         parse_mix(self.mix)
         try:
             build_plan(f"{self.interrupt_marker} #probe")
@@ -135,10 +134,10 @@ class _Load:
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load") -> None:
+    async def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load") -> None:
         if err.kind == "capacity":
             self.capacity_errors[err.detail or "capacity"] += 1
-        self.run.record_failure(marker, err, self.target, kind=kind, conn=conn, seq=seq)
+        await self.run.record_failure(marker, err, self.target, kind=kind, conn=conn, seq=seq)
 
     async def connect(self) -> KernelClient:
         c = self.target.client(connect_timeout_s=self.s.connect_timeout_s)
@@ -155,7 +154,7 @@ class _Load:
         try:
             return await self.connect()
         except ConnError as exc:
-            self.record_conn_failure(marker, conn, seq, exc)
+            await self.record_conn_failure(marker, conn, seq, exc)
             return None
 
     async def closed_conn(self, conn: int) -> None:
@@ -171,7 +170,7 @@ class _Load:
                 if client is None:
                     continue
                 turn = await client.turn(marker, self.s.timeout_s)
-                self.run.record(turn, self.target, kind="load", conn=conn, seq=seq)
+                await self.run.record(turn, self.target, kind="load", conn=conn, seq=seq)
         finally:
             if client is not None:
                 await client.aclose()
@@ -192,10 +191,10 @@ class _Load:
                 client = await self.ready(client, marker, i % self.s.conns, i)
                 if client is None:
                     return
-                turn = await client.send(marker)
+                turn = await client.send(marker, timeout_s=self.s.timeout_s)
                 turn.t_scheduled = scheduled
                 turn = await client.collect(turn, self.s.timeout_s)
-                self.run.record(turn, self.target, kind="load", conn=i % self.s.conns, seq=i)
+                await self.run.record(turn, self.target, kind="load", conn=i % self.s.conns, seq=i)
             finally:
                 pool.put_nowait(client)
 
@@ -235,11 +234,11 @@ class _Load:
                     try:
                         client = await self.connect()
                     except ConnError as exc:
-                        self.record_conn_failure(self.s.interrupt_marker, -1, seq, exc, kind="interrupt")
+                        await self.record_conn_failure(self.s.interrupt_marker, -1, seq, exc, kind="interrupt")
                         seq += 1
                         continue
                 turn = await client.turn(self.s.interrupt_marker, self.s.timeout_s, interrupt=True)
-                self.run.record(turn, self.target, kind="interrupt", conn=-1, seq=seq)
+                await self.run.record(turn, self.target, kind="interrupt", conn=-1, seq=seq)
                 seq += 1
         finally:
             if client is not None:
