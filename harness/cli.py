@@ -19,7 +19,7 @@ from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
 
 from . import __version__
 from .edge import Interrupt
-from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, KstressError, UsageError
+from .errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_INTERRUPTED, KstressError, UsageError
 
 
 def _fail(message: str, code: int) -> None:
@@ -145,6 +145,7 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
     """Start the target and the mock in a private sandbox, detached; print
     `socket:` and `state:` lines. ARGS after `--` go to the target."""
     from .supervisor import start_detached
+    from .target import redact
 
     launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)  # validate here, fail fast
     argv = []
@@ -161,7 +162,7 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
     click.echo(f"socket: {state['socket']}")
     click.echo(f"state: {state_path}")
     click.echo(f"namespace: {state.get('namespace')} ({state.get('mechanism')})")
-    click.echo(f"target: {' '.join(state.get('argv', []))}")
+    click.echo(f"target: {' '.join(redact(state.get('argv', []), (state.get('token'),)))}")
 
 
 @cli.command("supervise", hidden=True)
@@ -186,6 +187,9 @@ def stop_cmd(state) -> None:
     from .supervisor import stop_running
 
     teardown = stop_running(state)
+    if not teardown.get("checked", True):
+        # the harness's side failed (the supervisor died): not a clean "no orphans"
+        _fail(f"stopped, unchecked: {teardown.get('note')}", EXIT_INFRA)
     click.echo(f"target exit code: {teardown.get('returncode')}")
     orphans = teardown.get("orphans") or []
     if orphans:

@@ -275,7 +275,7 @@ class Launch:
         self.argv = self.spec.render_argv(values)
         self.bin_sha256 = await asyncio.to_thread(sha256_of, self.bin_path)
         env = dict(os.environ)
-        env.update(self.spec.env)
+        env.update(self.spec.render_env(values))
         self.target_proc = await self.sandbox.spawn(
             self._as_user(self.argv), env=env, cwd=str(self.data_dir), stdout=self._log("target.out"), stderr=self._log("target.err")
         )
@@ -312,6 +312,7 @@ class Launch:
     def write_state(self, status: str, **extra: Any) -> None:
         if self.run_dir is None:
             return
+        _me = psutil.Process()
         state = {
             "status": status,
             "run_dir": str(self.run_dir),
@@ -324,6 +325,9 @@ class Launch:
             # a stopped sandbox's directory is kept for its logs: not its live token
             "token": None if status == "stopped" else self.token,
             "supervisor_pid": os.getpid(),
+            # who that pid is: `stop` signals it only while all three still match
+            "supervisor_started": _me.create_time(),
+            "supervisor_cmdline": _me.cmdline(),
             "pids": {
                 "mock": self.mock_proc.pid if self.mock_proc else None,
                 "target": self.target_proc.pid if self.target_proc else None,

@@ -7,8 +7,10 @@ plan and judge turns exactly as its mock plans them (tool times, catalog).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from mock.catalog import DEFAULT_CATALOG, Catalog
 from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
 
 from .errors import UsageError
-from .target import load_catalog_file
+from .target import load_catalog_file, redact
 
 STATE_NAME = "state.json"
 
@@ -46,6 +48,50 @@ def pointer_path() -> Path:
     return state_home() / "current"
 
 
+def secure_home(create: bool = True) -> Path:
+    """The state home, checked: a directory (not a symlink) owned by the
+    invoking user and closed to everyone else (0700); created so when missing.
+    Anything else is refused: its default name in /tmp is predictable, and a
+    pointer planted there would aim `kstress stop` at any process."""
+    home = state_home()
+    uid, gid = invoking_ids()
+    if create and not os.path.lexists(home):
+        try:
+            home.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            pass  # made meanwhile by another kstress: checked below like any other
+        except OSError as exc:
+            raise UsageError(f"state home {home}: cannot create it ({exc.strerror}); set KSTRESS_HOME to a directory of yours") from None
+        else:
+            if os.geteuid() == 0 and uid != 0:
+                os.chown(home, uid, gid)
+    try:
+        st = os.lstat(home)
+    except FileNotFoundError:
+        return home  # nothing there yet, and not to be created: nothing to trust either
+    fix = f"remove it (rm -r {home}) or set KSTRESS_HOME to a directory of yours with mode 0700"
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"state home {home} is a symlink; kstress does not follow it: {fix}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"state home {home} is not a directory: {fix}")
+    if st.st_uid not in (uid, os.geteuid()):
+        raise UsageError(f"state home {home} is owned by uid {st.st_uid}, not by you (uid {uid}): {fix}")
+    if st.st_mode & 0o077:
+        raise UsageError(f"state home {home} has mode {stat.S_IMODE(st.st_mode):o}, open to other users (want 700): {fix}")
+    return home
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
+    """os.open that refuses a symlink in the last component (ELOOP)."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def read_nofollow(path: Path) -> str:
+    fd = open_nofollow(path, os.O_RDONLY)
+    with os.fdopen(fd, "r") as f:
+        return f.read()
+
+
 @dataclass(frozen=True)
 class SandboxState:
     """What a running (or stopped) sandbox holds."""
@@ -62,6 +108,8 @@ class SandboxState:
     mechanism: str | None = None
     net_inode: int | None = None
     supervisor_pid: int | None = None
+    supervisor_started: float | None = None  # its process start time: with the pid, who it is
+    supervisor_cmdline: tuple[str, ...] = ()
     target_pid: int | None = None
     mock_pid: int | None = None
     argv: tuple[str, ...] = ()
@@ -87,7 +135,7 @@ class SandboxState:
     def meta(self) -> dict[str, Any]:
         """The target's metadata as a run records it."""
         return {
-            "name": self.target_name, "argv": list(self.argv), "bin": self.bin, "bin_sha256": self.bin_sha256,
+            "name": self.target_name, "argv": redact(self.argv, (self.token,)), "bin": self.bin, "bin_sha256": self.bin_sha256,
             "namespace": self.namespace, "mechanism": self.mechanism, "sandbox_dir": str(self.run_dir), "launched": False,
         }
 
@@ -124,6 +172,8 @@ class SandboxState:
             mechanism=get("mechanism", str),
             net_inode=get("net_inode", int),
             supervisor_pid=get("supervisor_pid", int),
+            supervisor_started=float(data["supervisor_started"]) if isinstance(data.get("supervisor_started"), (int, float)) else None,
+            supervisor_cmdline=tuple(c for c in data.get("supervisor_cmdline") or () if isinstance(c, str)) if isinstance(data.get("supervisor_cmdline"), list) else (),
             target_pid=pids.get("target") if isinstance(pids.get("target"), int) else None,
             mock_pid=pids.get("mock") if isinstance(pids.get("mock"), int) else None,
             argv=tuple(argv),
@@ -141,9 +191,10 @@ class SandboxState:
 def read_state(path: Path) -> SandboxState:
     """The one reader of a sandbox's state file."""
     try:
-        text = path.read_text()
+        text = read_nofollow(path)
     except OSError as exc:
-        raise UsageError(f"state file {path}: cannot read it ({exc.strerror}); pass the state.json of a running sandbox (--state)") from None
+        why = "a symlink, which kstress does not follow" if exc.errno == errno.ELOOP else exc.strerror
+        raise UsageError(f"state file {path}: cannot read it ({why}); pass the state.json of a running sandbox (--state)") from None
     try:
         data = json.loads(text)
     except ValueError as exc:

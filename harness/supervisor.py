@@ -11,6 +11,7 @@ the sandbox down and removes the pointer.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ import psutil
 
 from .errors import KstressError, TargetError, UsageError
 from .launcher import TEARDOWN_NAME, Launch, LaunchSettings, give_to_invoking_user, read_line
-from .state import SandboxState, pointer_path, read_state
+from .state import SandboxState, open_nofollow, pointer_path, read_nofollow, read_state, secure_home
 
 
 
@@ -39,26 +40,42 @@ class RunningSandbox:
 
     @property
     def supervisor_alive(self) -> bool:
-        return _alive(self.state.supervisor_pid)
+        return self.supervisor() is not None
+
+    def supervisor(self) -> psutil.Process | None:
+        """The supervisor process that launched this sandbox -- the recorded
+        pid, only while its start time (and command line) still match: after
+        pid reuse, or in a planted state file, that pid is someone else."""
+        return identify(self.state.supervisor_pid, self.state.supervisor_started, self.state.supervisor_cmdline)
 
 
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int):
-        return False
+def identify(pid: Any, started: float | None, cmdline: tuple[str, ...] = ()) -> psutil.Process | None:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if started is None or abs(p.create_time() - started) > 0.5:
+            return None  # no identity recorded, or not the process that wrote it
+        if cmdline and tuple(p.cmdline()) != cmdline:
+            return None
+        return p
     except psutil.Error:
-        return False
+        return None
 
 
 def find_running(state: Path | None = None) -> RunningSandbox | None:
     """The sandbox named by --state, else by the pointer; None when none runs."""
     if state is None:
-        ptr = pointer_path()
+        ptr = secure_home(create=False) / "current"
         try:
-            state = Path(ptr.read_text().strip())
-        except OSError:
+            state = Path(read_nofollow(ptr).strip())
+        except FileNotFoundError:
             return None
+        except OSError as exc:
+            why = "a symlink, which kstress does not follow" if exc.errno == errno.ELOOP else exc.strerror
+            raise UsageError(f"pointer {ptr}: cannot read it ({why}); remove it (rm {ptr})") from None
         if not state.exists():
             return None
     return RunningSandbox(read_state(state))
@@ -76,18 +93,23 @@ def require_running(state: Path | None = None) -> RunningSandbox:
 
 
 def _write_pointer(state_path: Path) -> None:
-    ptr = pointer_path()
-    ptr.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ptr = secure_home() / "current"
     tmp = ptr.with_suffix(".tmp")
-    tmp.write_text(str(state_path) + "\n")
-    give_to_invoking_user(ptr.parent, tmp)
+    try:
+        os.unlink(tmp)  # never write through whatever was planted there
+    except FileNotFoundError:
+        pass
+    fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    with os.fdopen(fd, "w") as f:
+        f.write(str(state_path) + "\n")
+    give_to_invoking_user(tmp)
     os.replace(tmp, ptr)
 
 
 def _clear_pointer(state_path: Path) -> None:
     ptr = pointer_path()
     try:
-        if Path(ptr.read_text().strip()) == state_path:
+        if Path(read_nofollow(ptr).strip()) == state_path:
             ptr.unlink()
     except OSError:
         pass
@@ -159,11 +181,14 @@ def start_detached(argv: list[str], timeout_s: float) -> tuple[Path, dict[str, A
         )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
-    home = pointer_path().parent
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    home = secure_home()
     # The supervisor outlives this command: its stderr goes to a log, never to
-    # the terminal the user has moved on in.
-    with open(home / "supervisor.log", "ab") as log:
+    # the terminal the user has moved on in. Not through a planted symlink.
+    try:
+        fd = open_nofollow(home / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except OSError as exc:
+        raise UsageError(f"{home / 'supervisor.log'}: cannot open it ({'a symlink' if exc.errno == errno.ELOOP else exc.strerror}); remove it") from None
+    with os.fdopen(fd, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness", "supervise", *argv],
             stdout=subprocess.PIPE,
@@ -198,26 +223,41 @@ def start_detached(argv: list[str], timeout_s: float) -> tuple[Path, dict[str, A
 
 
 def stop_running(state: Path | None, timeout_s: float = 60.0) -> dict[str, Any]:
-    """SIGTERM the supervisor, wait for it, return its teardown record."""
+    """SIGTERM the supervisor -- only the process that launched the sandbox,
+    checked by pid, start time and command line -- wait for it, and return its
+    teardown record. When the supervisor is gone the record says so, with
+    ``checked: False``: its guardian cleaned the namespace, but nobody could
+    look for orphans."""
     running = find_running(state)
     if running is None:
         raise UsageError("no running sandbox: nothing to stop (run scripts/launch.sh first)")
-    pid = running.state.supervisor_pid
-    run_dir = running.state.run_dir
-    if running.supervisor_alive:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            psutil.Process(pid).wait(timeout_s)
-        except psutil.NoSuchProcess:
-            pass
-        except psutil.TimeoutExpired:
-            raise KstressError(f"supervisor {pid} did not stop within {timeout_s:.0f}s; its guardian will clean up when it is killed") from None
-    else:
+    s = running.state
+    sup = running.supervisor()
+    if sup is None:
         _clear_pointer(running.state_path)
+        try:
+            record = json.loads((s.run_dir / TEARDOWN_NAME).read_text())
+            return {**record, "checked": True, "note": "already stopped"}
+        except (OSError, ValueError):
+            pass
+        who = f"pid {s.supervisor_pid}" if s.supervisor_pid else "no pid"
+        why = "is not running" if not _pid_exists(s.supervisor_pid) else "is another process now (its start time or command line differ): it was not signalled"
+        return {
+            "returncode": None, "orphans": [], "checked": False,
+            "note": f"the supervisor ({who}) {why}; its guardian cleaned the namespace, but no orphan check could run",
+        }
     try:
-        return json.loads((run_dir / TEARDOWN_NAME).read_text())
+        sup.send_signal(signal.SIGTERM)
+        sup.wait(timeout_s)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        raise KstressError(f"supervisor {sup.pid} did not stop within {timeout_s:.0f}s; its guardian will clean up when it is killed") from None
+    try:
+        return {**json.loads((s.run_dir / TEARDOWN_NAME).read_text()), "checked": True}
     except (OSError, ValueError):
-        return {"returncode": None, "orphans": [], "note": "the supervisor was gone; no teardown record"}
+        return {"returncode": None, "orphans": [], "checked": False, "note": "the supervisor stopped without writing its teardown record; no orphan check could run"}
+
+
+def _pid_exists(pid: Any) -> bool:
+    return isinstance(pid, int) and pid > 0 and psutil.pid_exists(pid)

@@ -34,7 +34,7 @@ from .launcher import Launch, LaunchSettings, tail
 from .protocol import Protocol, load_protocol
 from .state import SandboxState
 from .supervisor import require_running
-from .target import load_catalog_file
+from .target import load_catalog_file, redact
 
 ALIVE_EVERY_S = 0.05
 
@@ -143,7 +143,7 @@ class Target:
             self.target_pid = L.target_proc.pid if L.target_proc else None
             self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir else None
             self.meta = {
-                "name": L.spec.name, "argv": L.argv, "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
+                "name": L.spec.name, "argv": redact(L.argv, (L.token,)), "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
                 "namespace": L.sandbox.name, "mechanism": L.sandbox.mechanism, "sandbox_dir": str(L.run_dir), "launched": True,
             }
             if self.label:

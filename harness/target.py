@@ -28,6 +28,20 @@ from .errors import UsageError
 PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "data_dir", "token", "run_dir", "config"})
 _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
 DEFAULT_ARGV = ("{bin}", "--socket", "{socket}", "--llm-url", "{llm_url}", "--data-dir", "{data_dir}", "--token", "{token}")
+# The reference kernel takes its token from the environment: on its command
+# line any local user could read it with ps.
+REFKERNEL_ARGV = DEFAULT_ARGV[:-2]
+REFKERNEL_ENV = MappingProxyType({"REFKERNEL_TOKEN": "{token}"})
+REDACTED = "[redacted]"
+
+
+def redact(argv: list[str] | tuple[str, ...], secrets: tuple[str | None, ...]) -> list[str]:
+    """argv with every secret replaced, for what reports and run.json show."""
+    out = list(argv)
+    for secret in secrets:
+        if secret:
+            out = [a.replace(secret, REDACTED) for a in out]
+    return out
 
 
 def _check_template(where: str, text: str) -> None:
@@ -91,6 +105,8 @@ class TargetSpec:
             raise UsageError(f"{where}: argv is empty; it must start with {{bin}} or a program")
         for a in self.argv:
             _check_template(f"{where} argv", a)
+        for k, v in self.env.items():
+            _check_template(f"{where} env {k}", v)
         if self.config_template is not None:
             if not self.config_file:
                 raise UsageError(f"{where}: config.template needs config.file (a name inside the data dir)")
@@ -126,6 +142,9 @@ class TargetSpec:
     def render_argv(self, values: Mapping[str, str]) -> list[str]:
         return [render(a, values) for a in self.argv] + list(self.extra_args)
 
+    def render_env(self, values: Mapping[str, str]) -> dict[str, str]:
+        return {k: render(v, values) for k, v in self.env.items()}
+
     def with_args(self, *args: str) -> "TargetSpec":
         return replace(self, extra_args=self.extra_args + tuple(args))
 
@@ -134,20 +153,30 @@ def spec_from_flags(bin: str | None, args: tuple[str, ...] = (), extra: tuple[st
     """``--bin PATH [--arg A ...] [-- ARGS]``; without --bin, the reference
     kernel. ``args`` and ``extra`` are appended to the default argv."""
     if bin is None:
-        return TargetSpec(bin=default_refkernel_bin(), name="refkernel", extra_args=tuple(args) + tuple(extra), protocol=protocol)
+        return refkernel_spec(extra_args=tuple(args) + tuple(extra), protocol=protocol)
     return TargetSpec(bin=bin, extra_args=tuple(args) + tuple(extra), protocol=protocol)
 
 
 def spec_from_command(command: str) -> TargetSpec:
     """A quoted command line (`cmp.py "refkernel --fault x" refkernel`): its
     first word is the binary, the rest is appended to the default argv."""
-    words = shlex.split(command)
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"target command {command!r}: {exc} (shell quoting); close the quote or escape it") from None
     if not words:
         raise UsageError(f"target command {command!r} is empty")
     first = words[0]
+    name, source = " ".join(shlex.quote(w) for w in words), f"command {command!r}"
     if first == "refkernel":
-        first = default_refkernel_bin()
-    return TargetSpec(bin=first, extra_args=tuple(words[1:]), name=" ".join(shlex.quote(w) for w in words), source=f"command {command!r}")
+        return refkernel_spec(extra_args=tuple(words[1:]), name=name, source=source)
+    return TargetSpec(bin=first, extra_args=tuple(words[1:]), name=name, source=source)
+
+
+def refkernel_spec(**kw: Any) -> TargetSpec:
+    """The reference kernel: the token through the environment, not argv."""
+    kw.setdefault("name", "refkernel")
+    return TargetSpec(bin=default_refkernel_bin(), argv=REFKERNEL_ARGV, env=REFKERNEL_ENV, **kw)
 
 
 _SIGNALS = {s.name: s for s in signal.Signals}
@@ -226,4 +255,8 @@ def load_target(path: str | Path) -> TargetSpec:
         if "/" in cfg["file"]:
             raise UsageError(f"target file {p}: config.file {cfg['file']!r} must be a plain file name (it goes in the data dir)")
         kw["config_file"], kw["config_template"] = cfg["file"], cfg["template"]
+    if t.get("bin") == "refkernel" and "argv" not in t:
+        # the reference kernel's own form: its token through the environment
+        kw["argv"] = REFKERNEL_ARGV
+        kw["env"] = {**REFKERNEL_ENV, **kw.get("env", {})}
     return TargetSpec(**kw)
