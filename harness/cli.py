@@ -83,7 +83,7 @@ def _access_params() -> list[click.Parameter]:
         click.Option(["--state"], type=click.Path(dir_okay=False, path_type=Path), help="State file of a running sandbox (default: the current one)."),
         click.Option(["--socket"], type=click.Path(path_type=Path), help="A kernel socket to drive directly, without a sandbox."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
-        click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog, with --socket."),
+        click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog: the sandbox mock's with --launch, the one to judge by with --socket."),
         *_target_params(),
         click.Argument(["extra"], nargs=-1),
     ]
@@ -147,6 +147,8 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
     from .supervisor import start_detached
     from .target import redact
 
+    if not 0 < timeout <= 3600:
+        raise UsageError(f"--timeout {timeout!r} is invalid: the seconds to wait for the sandbox, more than 0 and at most 3600")
     launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)  # validate here, fail fast
     argv = []
     if target_file is not None:
@@ -259,9 +261,20 @@ def _access(launch, state, socket, token, tools_file, target_file, bin_, args, e
     from .sut import Access
 
     if launch:
-        return Access(launch=launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms), tool_ms=tool_ms, mixed_ms=mixed_ms)
+        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
+        if tools_file is not None:
+            # the sandbox's mock plans with it, and the run judges with it
+            from dataclasses import replace
+
+            from .target import load_catalog_file
+
+            load_catalog_file(tools_file, "--tools")
+            ls = replace(ls, target=replace(ls.target, tools=str(Path(tools_file).resolve())))
+        return Access(launch=ls, tool_ms=tool_ms, mixed_ms=mixed_ms)
     if target_file or bin_ or args or extra:
         raise UsageError("target options (--target/--bin/--arg/ARGS) need --launch; without it the running sandbox is used")
+    if tools_file is not None and socket is None:
+        raise UsageError("--tools needs --launch (the catalog of the sandbox's mock) or --socket (the catalog to judge by); a running sandbox has its own")
     return Access(state=state, socket=socket, token=token, protocol=protocol, tool_ms=tool_ms, mixed_ms=mixed_ms, tools=tools_file)
 
 

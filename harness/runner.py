@@ -223,6 +223,7 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
     `kstress report` can read."""
     for t in targets:
         t.prepare()  # usage errors end here, before a run directory exists
+        await t.preflight(getattr(settings, "connect_timeout_s", 5.0))
     rundir = RunDir(scenario.name, Path(settings.out))
     started = time.time()
     run = Run(rundir, targets, Progress(total, settings.quiet))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -28,15 +29,33 @@ from mock.catalog import DEFAULT_CATALOG, Catalog
 from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, Plan, build_plan
 
 from .aio import finish_shielded, grace
-from .client import KernelClient
-from .errors import KstressError, MockDied, TargetDied, TargetError
-from .launcher import Launch, LaunchSettings, tail
-from .protocol import Protocol, load_protocol
+from .client import ConnError, KernelClient
+from .errors import KstressError, MockDied, TargetDied, TargetError, UsageError
+from .launcher import UNIX_PATH_MAX, Launch, LaunchSettings, tail
+from .protocol import FrameKind, Protocol, ProtocolError, load_protocol
 from .state import SandboxState
 from .supervisor import require_running
 from .target import load_catalog_file, redact
 
 ALIVE_EVERY_S = 0.05
+
+
+def check_socket_path(path: Path) -> None:
+    """--socket names a unix socket that exists, within sun_path's limit."""
+    import stat as stat_
+
+    n = len(os.fsencode(path))
+    if n > UNIX_PATH_MAX:
+        raise UsageError(f"--socket {path}: {n} bytes, over the {UNIX_PATH_MAX}-byte limit of a unix socket path; use a shorter path (a symlinked directory, or a socket nearer /)")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UsageError(f"--socket {path}: no such file; is the kernel running, and is this its socket? (or use --launch)") from None
+    except OSError as exc:
+        raise UsageError(f"--socket {path}: cannot look at it ({exc.strerror})") from None
+    if not stat_.S_ISSOCK(st.st_mode):
+        what = "a directory" if stat_.S_ISDIR(st.st_mode) else "a regular file" if stat_.S_ISREG(st.st_mode) else "not a socket"
+        raise UsageError(f"--socket {path}: {what}, not a unix socket; pass the socket the kernel listens on")
 
 
 def exit_status(returncode: int) -> str:
@@ -115,6 +134,7 @@ class Target:
             self.protocol = load_protocol(a.protocol)
             if a.tools:
                 self.catalog = load_catalog_file(a.tools, "--tools")
+            check_socket_path(a.socket)
             self.meta = {"name": "socket", "socket": self.socket, "launched": False}
         else:
             s = require_running(a.state).state
@@ -129,6 +149,35 @@ class Target:
         if self.label:
             self.meta["label"] = self.label
         self._prepared = True
+
+    async def preflight(self, connect_timeout_s: float = 5.0) -> None:
+        """A bare socket, before anything starts: is a kernel listening, and
+        does it take our token (or want one we did not give)? A usage error
+        naming the fix, instead of a run of resets and auth errors."""
+        if self.access.socket is None:
+            return
+        try:
+            async with self.client(connect_timeout_s=connect_timeout_s) as c:
+                if self.token is not None or self.protocol.stats_frame() is None:
+                    return
+                # no token: the first frame a token-taking kernel sees decides
+                await c._send(self.protocol.stats_frame())
+                try:
+                    async with asyncio.timeout(connect_timeout_s):
+                        frame = await c._recv_raw()
+                except (TimeoutError, EOFError, ProtocolError, ConnectionError, OSError):
+                    return  # no answer to a stats frame proves nothing
+                kind, _ = self.protocol.classify(frame)
+                code = str(frame.get("code", ""))
+                if kind is FrameKind.ERROR and "auth" in code:
+                    raise UsageError(f"--socket {self.socket}: the kernel wants a token (it answered {code}: {frame.get('message', '')}); pass --token T")
+        except ConnError as exc:
+            if exc.kind == "auth":
+                raise UsageError(f"--socket {self.socket}: the kernel refused the token ({exc}); pass the right one with --token") from None
+            if exc.kind in ("refused", "no_socket"):
+                raise UsageError(f"--socket {self.socket}: nobody is listening there ({exc}); start the kernel first, or use --launch") from None
+            # a kernel that is there but slow or broken (never reads, resets):
+            # that is what the run is for -- each input fails by name
 
     async def __aenter__(self) -> "Target":
         self.prepare()

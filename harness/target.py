@@ -45,13 +45,13 @@ def redact(argv: list[str] | tuple[str, ...], secrets: tuple[str | None, ...]) -
 
 
 def _check_template(where: str, text: str) -> None:
-    for name in _PLACEHOLDER_RE.findall(text):
+    known = ", ".join("{" + p + "}" for p in sorted(PLACEHOLDERS))
+    for name in _PLACEHOLDER_RE.findall(text.replace("{{", "").replace("}}", "")):
         if name not in PLACEHOLDERS:
-            raise UsageError(
-                f"{where}: unknown placeholder {{{name}}}; known: "
-                + ", ".join("{" + p + "}" for p in sorted(PLACEHOLDERS))
-                + " (write {{ and }} for literal braces)"
-            )
+            raise UsageError(f"{where}: unknown placeholder {{{name}}} in {text!r}; known: {known} (write {{{{ and }}}} for literal braces)")
+    rest = _PLACEHOLDER_RE.sub("", text.replace("{{", "").replace("}}", ""))
+    if "{" in rest or "}" in rest:
+        raise UsageError(f"{where}: a lone brace in {text!r}; placeholders are {known}; write {{{{ and }}}} for literal braces")
 
 
 def render(template: str, values: Mapping[str, str]) -> str:

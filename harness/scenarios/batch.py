@@ -23,7 +23,10 @@ KINDS = ("batch", "mixed", "slowbatch")
 
 
 def _kinds(value: str) -> tuple[str, ...]:
-    return tuple(k.strip() for k in value.split(",") if k.strip())
+    kinds = tuple(k.strip() for k in value.split(","))
+    if any(not k for k in kinds):
+        raise UsageError(f"--kinds {value!r} has an empty item: give one or more of {', '.join(KINDS)}, comma-separated")
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class BatchSettings:
     def __post_init__(self) -> None:
         check_timeouts(self)
         check_batch_sizes(self.ns, "2,4,8")
+        if not self.kinds:
+            raise UsageError(f"--kinds is empty: give one or more of {', '.join(KINDS)}")
         for n in self.ns:
             if n < 2 and "mixed" in self.kinds:
                 raise UsageError(f"--n {n}: a mixed batch needs N >= 2 (drop mixed from --kinds or use N >= 2)")

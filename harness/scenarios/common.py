@@ -23,7 +23,10 @@ def check_batch_sizes(ns: tuple[int, ...], example: str) -> None:
 
 def ints(value: str, flag: str = "--n") -> tuple[int, ...]:
     """A comma-separated list of integers, as --n takes it."""
+    items = [x.strip() for x in value.split(",")]
+    if any(not x for x in items) and value.strip():
+        raise UsageError(f"{flag} {value!r} has an empty item (two commas, or a trailing one): expected comma-separated integers, e.g. 2,4,8")
     try:
-        return tuple(int(x) for x in value.split(",") if x.strip())
+        return tuple(int(x) for x in items if x)
     except ValueError:
         raise UsageError(f"{flag} {value!r}: expected comma-separated integers, e.g. 2,4,8") from None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -42,13 +43,15 @@ def parse_mix(spec: str) -> tuple[tuple[str, int], ...]:
     """``'!batch4:3,!slowbatch2:1,text:1'`` -> ((marker, weight), ...). The last
     ``:N`` of an item is its weight (default 1); ``text`` is a plain input."""
     items = []
+    if not spec.strip():
+        raise UsageError(f"--mix {spec!r} is empty; e.g. --mix '!batch4:3,text:1'")
     for raw in spec.split(","):
         raw = raw.strip()
         if not raw:
-            continue
+            raise UsageError(f"--mix {spec!r} has an empty item (two commas, or a trailing one); e.g. --mix '!batch4:3,text:1'")
         marker, weight = raw, 1
         head, sep, tail = raw.rpartition(":")
-        if sep and tail.isdigit():
+        if sep and re.fullmatch(r"[+-]?\d+", tail):  # a number there is always the weight, even a bad one
             marker, weight = head, int(tail)
         if weight < 1 or weight > 1000:
             raise UsageError(f"--mix item {raw!r}: weight {weight} must be from 1 to 1000")

@@ -5,6 +5,8 @@ a "fast" round in which no tool ran."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from harness.client import KernelClient
@@ -39,12 +41,20 @@ async def test_round_without_tools_is_never_a_sample(kernel_factory, out_dir):
 
 
 async def test_pass_rate_counts_connection_failures_and_never_exceeds_100(tmp_path, out_dir):
-    # nobody listens: every attempted input is a failure, none is silently dropped
-    s = StressSettings(conns=3, inputs=4, mix="!batch2", dedup_probe=False, connect_timeout_s=0.2, out=out_dir, quiet=True)
-    r = await run_stress(s, Access(socket=tmp_path / "nobody.sock", token="x"))
+    # a socket that listens but never answers: every attempted input is a
+    # failure, none is silently dropped
+    path = tmp_path / "mute.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(64)
+    try:
+        s = StressSettings(conns=3, inputs=4, mix="!batch2", dedup_probe=False, connect_timeout_s=0.2, out=out_dir, quiet=True)
+        r = await run_stress(s, Access(socket=path, token="x"))
+    finally:
+        srv.close()
     assert r.exit_code == 1
     assert r.summary["attempted"] == 12 and r.summary["passed"] == 0 and r.summary["pass_rate"] == 0.0
-    assert r.summary["failures"] == {"conn_error:no_socket": 12}
+    assert r.summary["failures"] == {"conn_error:timeout": 12}
 
 
 async def test_pass_rate_is_bounded_by_attempts(kernel_factory, out_dir):
