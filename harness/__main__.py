@@ -1,15 +1,18 @@
 """`python -m harness` and the `kstress` console script. The signal edge is
 installed before anything else is imported (harness/edge.py)."""
 
-from .edge import EDGE
+from .edge import EDGE, Interrupt, interrupted
 
 EDGE.install()
 
 
 def main() -> None:
-    from .cli import main as cli_main
+    try:
+        from .cli import main as cli_main
 
-    cli_main()
+        cli_main()
+    except Interrupt as exc:  # a signal before a run started: during imports, or parsing
+        interrupted(exc)
 
 
 if __name__ == "__main__":

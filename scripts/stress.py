@@ -8,11 +8,14 @@ import _bootstrap  # noqa: E402
 
 _bootstrap.ensure()
 
-from harness.edge import EDGE  # noqa: E402
+from harness.edge import EDGE, Interrupt, interrupted  # noqa: E402
 
 EDGE.install()  # signals handled from here on, before the heavier imports
 
-from harness.cli import main_with  # noqa: E402
-
 if __name__ == "__main__":
-    main_with(sys.argv[1:], "stress.py", "stress")
+    try:
+        from harness.cli import main_with
+
+        main_with(sys.argv[1:], "stress.py", "stress")
+    except Interrupt as exc:  # a signal during the imports
+        interrupted(exc)

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Kernels that misbehave on purpose, for the fault suite: protocol v1 on a
+unix socket, started like the reference kernel (`--socket S --llm-url U
+--data-dir D [--token T]`, or the token from $REFKERNEL_TOKEN).
+
+    mute       accepts connections and never reads a byte
+    flood      authenticates, then sends small notify frames for ever
+    oversize   authenticates, then answers every input with a 2 MiB line
+    stats-only authenticates and answers stats frames, never an input
+
+Stdlib only: the sandbox runs it with the project's interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+
+ACK = b'{"type":"response","kind":"auth","ok":true,"protocol":1}\n'
+
+
+async def authed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    try:
+        frame = json.loads(await reader.readuntil(b"\n"))
+    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+        return False
+    if frame.get("type") != "auth":
+        return False
+    writer.write(ACK)
+    return True
+
+
+async def serve(mode: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        if mode == "mute":
+            await asyncio.Event().wait()  # hold the connection, read nothing
+        if not await authed(reader, writer):
+            return
+        if mode == "flood":
+            note = b'{"type":"notify","text":"' + b"x" * 64 + b'"}\n'
+            while True:
+                writer.write(note * 64)
+                await writer.drain()
+        while True:
+            frame = json.loads(await reader.readuntil(b"\n"))
+            if frame.get("type") == "stats":
+                writer.write(b'{"type":"stats","executed":0}\n')
+            elif mode == "oversize":
+                writer.write(b'{"type":"delta","id":' + json.dumps(frame.get("id")).encode() + b',"text":"' + b"y" * (2 << 20))
+                await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError, ValueError, asyncio.LimitOverrunError, asyncio.CancelledError):
+        pass  # the client went, or the server is closing: either ends this connection
+    finally:
+        writer.close()
+
+
+async def main(mode: str, path: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    server = await asyncio.start_unix_server(lambda r, w: serve(mode, r, w), path, backlog=4096)
+    print(f"bad kernel ({mode}) listening on {path}", flush=True)
+    async with server:
+        await stop.wait()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=("mute", "flood", "oversize", "stats-only"))
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--llm-url")
+    ap.add_argument("--data-dir")
+    ap.add_argument("--token")
+    a = ap.parse_args()
+    asyncio.run(main(a.mode, a.socket))
