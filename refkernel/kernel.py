@@ -249,7 +249,8 @@ class Kernel:
         self.sched = Scheduler(settings.workers, settings.queue, self._run_turn)
         self.dedup = Dedup(settings.dedup_window)
         self.sessions = Sessions(settings.session_turns, settings.max_sessions)
-        self.llm = LLMClient(settings.llm_url, settings.model, settings.llm_timeout, ignore_index=settings.has("ignore-stream-index"))
+        self.llm = LLMClient(settings.llm_url, settings.model, settings.llm_timeout, ignore_index=settings.has("ignore-stream-index"),
+                             api=settings.llm_api, api_key=settings.llm_api_key or "kstress", stream=settings.stream)
         self.residents = procs.Residents(settings.data_dir, settings.max_residents, leak=settings.has("leak-children"))
         self.media = procs.MediaWorker(settings.data_dir)
         self.tools = Toolbox(settings, self.residents, self.media, self.broadcast)
@@ -285,8 +286,8 @@ class Kernel:
         except BaseException:
             await self.aclose()
             raise
-        log.info("listening on %s (pid %d, workers %d, queue %d, batch %s, faults: %s)", self.address, os.getpid(),
-                 self.s.workers, self.s.queue, self.s.batch, ",".join(sorted(self.s.faults)) or "none")
+        log.info("listening on %s (pid %d, workers %d, queue %d, batch %s, llm api %s, faults: %s)", self.address, os.getpid(),
+                 self.s.workers, self.s.queue, self.s.batch, self.s.llm_api, ",".join(sorted(self.s.faults)) or "none")
         return self
 
     def _prepare_data_dir(self) -> None:
@@ -405,6 +406,7 @@ class Kernel:
             "faults": sorted(self.s.faults),
             "batch": self.s.batch,
             "terse": self.s.terse,
+            "llm_api": self.s.llm_api,
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started, 3),
         }

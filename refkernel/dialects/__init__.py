@@ -9,9 +9,11 @@ the neutral conversation, the reply parsed back into it.
 
 from __future__ import annotations
 
+from .anthropic import ANTHROPIC
 from .base import Dialect, StreamParser
 from .chat import CHAT
+from .responses import RESPONSES
 
-BY_NAME: dict[str, Dialect] = {d.name: d for d in (CHAT,)}
+BY_NAME: dict[str, Dialect] = {d.name: d for d in (CHAT, RESPONSES, ANTHROPIC)}
 
-__all__ = ["BY_NAME", "CHAT", "Dialect", "StreamParser"]
+__all__ = ["ANTHROPIC", "BY_NAME", "CHAT", "Dialect", "RESPONSES", "StreamParser"]
