@@ -112,7 +112,10 @@ class _ChatStream(StreamParser):
         obj = load(payload)
         if obj.get("error") is not None:
             raise LLMError(f"the LLM reported an error mid-stream: {error_message(payload)}")
-        for choice in obj.get("choices") or ():
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list):
+            raise LLMError(f"the LLM sent a malformed stream chunk (choices is not a list): {payload[:200]!r}")
+        for choice in choices:
             if not isinstance(choice, dict):
                 continue
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
@@ -120,7 +123,10 @@ class _ChatStream(StreamParser):
             if isinstance(text, str) and text:
                 self.content.append(text)
                 self.on_delta(text)
-            for frag in delta.get("tool_calls") or ():
+            frags = delta.get("tool_calls") or []
+            if not isinstance(frags, list):
+                raise LLMError(f"the LLM sent a malformed stream chunk (tool_calls is not a list): {payload[:200]!r}")
+            for frag in frags:
                 if isinstance(frag, dict):
                     self.acc.add(frag)
             if choice.get("finish_reason"):

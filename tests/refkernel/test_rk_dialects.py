@@ -334,3 +334,15 @@ async def test_a_bad_llm_api_exits_2(tmp_path):
     rc, out = await run_kernel_cli(["--listen", "tcp:127.0.0.1:0", "--llm-url", "http://127.0.0.1:9/v1",
                                     "--data-dir", str(tmp_path / "d"), "--llm-api", "gemini"])
     assert rc == 2 and "--llm-api" in out and "anthropic" in out, out
+
+
+@pytest.mark.parametrize("chunk", [
+    {"choices": True},
+    {"choices": 7},
+    {"choices": [{"index": 0, "delta": {"tool_calls": 1.5}}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": {"index": 0}}}]},
+])
+def test_chat_chunks_of_the_wrong_shape_are_llm_errors(chunk):
+    # found by fuzzing the parsers with the mock's own streams, fields swapped for other types
+    with pytest.raises(LLMError, match="malformed stream chunk"):
+        CHAT.parser(lambda t: None, False).feed(None, json.dumps(chunk).encode())
