@@ -15,7 +15,7 @@ from pathlib import Path
 from . import __version__, procs
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RefkernelError
 from .kernel import Kernel
-from .settings import BATCH_MODES, FAULTS, KernelSettings
+from .settings import BATCH_MODES, FAULTS, LLM_APIS, KernelSettings
 
 log = logging.getLogger("refkernel")
 
@@ -25,8 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="refkernel",
         description="The kstress reference agent kernel: serves protocol v1 on a unix socket, TCP or a WebSocket, "
-        "calls an OpenAI-compatible LLM and runs its tool calls.",
-        epilog="batch modes (--batch MODE):\n"
+        "calls an LLM (OpenAI chat completions, OpenAI Responses or Anthropic Messages) and runs its tool calls.",
+        epilog="LLM APIs (--llm-api API):\n"
+        + "\n".join(f"  {name:<20} {what}" for name, what in LLM_APIS.items())
+        + "\n\nbatch modes (--batch MODE):\n"
         + "\n".join(f"  {name:<20} {what}" for name, what in BATCH_MODES.items())
         + "\n\nfaults (--fault NAME, repeatable or comma-separated; serial-tools and always-parallel replace --batch):\n"
         + "\n".join(f"  {name:<20} {what}" for name, what in FAULTS.items())
@@ -39,7 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "the same as --listen unix:PATH")
     where.add_argument("--listen", metavar="ADDR", help="unix:PATH, tcp:HOST:PORT or ws:HOST:PORT[/PATH] "
                        "(protocol v1 over TCP, or over a WebSocket at PATH, default /); port 0 picks a free one")
-    p.add_argument("--llm-url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:PORT/v1")
+    p.add_argument("--llm-url", required=True, help="the LLM's base URL, e.g. http://127.0.0.1:PORT/v1 (probed with HEAD)")
+    p.add_argument("--llm-api", default=d.llm_api, choices=list(LLM_APIS),
+                   help="the API spoken to the LLM, its endpoint under --llm-url (see below; default %(default)s)")
+    p.add_argument("--llm-api-key", default=os.environ.get("REFKERNEL_LLM_API_KEY"), metavar="KEY",
+                   help="sent as Authorization: Bearer (OpenAI) or x-api-key (Anthropic) "
+                   "(default: $REFKERNEL_LLM_API_KEY; unset = a placeholder)")
+    p.add_argument("--no-stream", action="store_true",
+                   help="ask the LLM for whole replies (stream: false); the text then reaches the client as one delta")
     p.add_argument("--data-dir", required=True, type=Path, help="working directory of cmd_run and knowledge_create")
     p.add_argument("--token", default=os.environ.get("REFKERNEL_TOKEN"),
                    help="auth token clients must send (default: $REFKERNEL_TOKEN; unset = any token)")
@@ -87,6 +96,9 @@ def settings_from_args(args: argparse.Namespace) -> KernelSettings:
         socket=args.socket,
         listen=args.listen,
         llm_url=args.llm_url,
+        llm_api=args.llm_api,
+        llm_api_key=args.llm_api_key or None,
+        stream=not args.no_stream,
         data_dir=args.data_dir,
         token=args.token or None,
         workers=args.workers,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hmac
+import dataclasses
 import itertools
 import json
 import logging
@@ -22,12 +23,13 @@ import time
 from typing import Any
 
 from . import procs
+from .convo import Assistant, Entry, Reply, Result, ToolCall, User
 from .errors import ConfigError, LLMError, TurnError
-from .llm import LLMClient, ToolCall
+from .llm import LLMClient
 from .scheduler import Busy, Dedup, Job, Scheduler
-from .sessions import Message, Sessions
+from .sessions import Sessions
 from .settings import MAX_FRAME, KernelSettings
-from .tools import SCHEMAS, Result, Toolbox
+from .tools import TOOLS, Toolbox
 from .transport import Channel, Closed, FrameTooLarge, NotAFrame, listener_for
 
 log = logging.getLogger("refkernel")
@@ -247,7 +249,8 @@ class Kernel:
         self.sched = Scheduler(settings.workers, settings.queue, self._run_turn)
         self.dedup = Dedup(settings.dedup_window)
         self.sessions = Sessions(settings.session_turns, settings.max_sessions)
-        self.llm = LLMClient(settings.llm_url, settings.model, settings.llm_timeout, ignore_index=settings.has("ignore-stream-index"))
+        self.llm = LLMClient(settings.llm_url, settings.model, settings.llm_timeout, ignore_index=settings.has("ignore-stream-index"),
+                             api=settings.llm_api, api_key=settings.llm_api_key or "kstress", stream=settings.stream)
         self.residents = procs.Residents(settings.data_dir, settings.max_residents, leak=settings.has("leak-children"))
         self.media = procs.MediaWorker(settings.data_dir)
         self.tools = Toolbox(settings, self.residents, self.media, self.broadcast)
@@ -283,8 +286,8 @@ class Kernel:
         except BaseException:
             await self.aclose()
             raise
-        log.info("listening on %s (pid %d, workers %d, queue %d, batch %s, faults: %s)", self.address, os.getpid(),
-                 self.s.workers, self.s.queue, self.s.batch, ",".join(sorted(self.s.faults)) or "none")
+        log.info("listening on %s (pid %d, workers %d, queue %d, batch %s, llm api %s, faults: %s)", self.address, os.getpid(),
+                 self.s.workers, self.s.queue, self.s.batch, self.s.llm_api, ",".join(sorted(self.s.faults)) or "none")
         return self
 
     def _prepare_data_dir(self) -> None:
@@ -403,6 +406,7 @@ class Kernel:
             "faults": sorted(self.s.faults),
             "batch": self.s.batch,
             "terse": self.s.terse,
+            "llm_api": self.s.llm_api,
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started, 3),
         }
@@ -466,32 +470,32 @@ class Kernel:
             return ("connection", job.conn.n)  # the fault: whatever session the input named
         return job.session
 
-    def _request(self, prefix: list[Message], steps: list[list[Message]]) -> list[Message]:
-        """The messages of the next LLM request: the prefix (system prompt,
-        session history, this turn's user message), then every earlier step's
-        assistant tool-call message and results, in order."""
+    def _request(self, prefix: list[Entry], steps: list[list[Entry]]) -> list[Entry]:
+        """The conversation of the next LLM request: the prefix (session
+        history, this turn's user input), then every earlier step's assistant
+        reply with its tool calls and its results, in order."""
         if self.s.has("loop-drop-results") and len(steps) >= 2:
             steps = steps[-1:]  # the fault: only the latest step's exchange survives
         return [*prefix, *itertools.chain.from_iterable(steps)]
 
-    def _step(self, reply: Any, results: list[Result]) -> list[Message]:
-        """One step's exchange as the LLM gets it back: the assistant message
-        with its tool calls, then one tool message per result."""
-        calls = [c.message() for c in reply.tool_calls]
-        done = [r.message() for r in results]
+    def _step(self, reply: Reply, results: list[Result]) -> list[Entry]:
+        """One step's exchange as the LLM gets it back: the model's reply with
+        every call it made, then one result per call that has one."""
+        calls = list(reply.tool_calls)
         if self.s.has("loop-reuse-ids"):
-            # the fault: the kernel's own per-step numbering replaces the model's ids
-            ours = {id(c): f"call_{i}" for i, c in enumerate(reply.tool_calls)}
-            calls = [{**m, "id": ours[id(c)]} for m, c in zip(calls, reply.tool_calls)]
-            done = [{**m, "tool_call_id": ours.get(id(r.call), m["tool_call_id"])} for m, r in zip(done, results)]
-        return [{"role": "assistant", "content": reply.content or None, "tool_calls": calls}, *done]
+            # the fault: the kernel's own per-step numbering replaces the model's
+            # ids (the one that pairs a call with its result, in every dialect)
+            ours = {id(c): dataclasses.replace(c, id=f"call_{i}") for i, c in enumerate(calls)}
+            calls = [ours[id(c)] for c in calls]
+            results = [Result(ours.get(id(r.call), r.call), r.ok, r.content) for r in results]
+        return [Assistant(reply.content, tuple(calls), reply.text_id), *results]
 
     async def _turn(self, job: Job) -> str:
         conn = job.conn
         key = self._history_key(job)
-        user: Message = {"role": "user", "content": job.text}
-        prefix: list[Message] | None = None  # built at the first request: the history completed by then
-        steps: list[list[Message]] = []  # each step's exchange apart: a request is the prefix, then every step
+        user = User(job.text)
+        prefix: list[Entry] | None = None  # built at the first request: the history completed by then
+        steps: list[list[Entry]] = []  # each step's exchange apart: a request is the prefix, then every step
 
         def on_delta(text: str) -> None:
             if not self.s.terse:  # a terse kernel words its answer itself: the model's text stays inside
@@ -512,16 +516,14 @@ class Kernel:
             if prefix is None:
                 # Read after the first checkpoint: an interrupt of the same
                 # session that ran in this turn's place is part of its past.
-                prefix = [{"role": "system", "content": self.s.system_prompt}] if self.s.system_prompt else []
-                if key is not None:
-                    prefix += self.sessions.history(key)
+                prefix = self.sessions.history(key) if key is not None else []
                 prefix.append(user)
-            reply = await self.llm.chat(self._request(prefix, steps), SCHEMAS, on_delta)
+            reply = await self.llm.ask(self.s.system_prompt, self._request(prefix, steps), TOOLS, on_delta)
             if not reply.tool_calls:
                 if key is not None:
                     # Before the response frame goes out: a client that has the
                     # answer finds the turn in the history, on any connection.
-                    answer: Message = {"role": "assistant", "content": reply.content}
+                    answer = Assistant(reply.content, (), reply.text_id)
                     self.sessions.record(key, [user, *itertools.chain.from_iterable(steps), answer],
                                          last_only=self.s.has("drop-history"))
                 return reply.content

@@ -1,9 +1,16 @@
-"""The LLM client: OpenAI chat completions over aiohttp, streamed.
+"""The LLM client: one of three APIs (``--llm-api``) over aiohttp, streamed.
 
-Tool calls are accumulated by ``index`` the way robust clients (the openai SDK,
-LangChain, ...) do: a fragment with an ``id``/``name`` starts or names the call
-at its index, continuation fragments append to that call's arguments. The
-``ignore-stream-index`` fault replaces this with the classic naive accumulator.
+What differs between the APIs -- endpoint, headers, request body, how a reply
+is accumulated -- is the dialect's (``refkernel/dialects``); this module is
+what they share: the HTTP exchange, SSE framing, timeouts, the liveness probe,
+and how a failure becomes an error code:
+
+    llm_unreachable  no connection to --llm-url (and the probe is woken)
+    llm_timeout      no first byte, or an idle gap, longer than --llm-timeout
+    llm_error        everything else: any HTTP status but 200 (with the body's
+                     message), an error event in the stream, a malformed
+                     event, a stream that ends before the dialect's terminal
+                     event, a connection lost mid-reply
 
 ``--llm-timeout`` bounds the wait for the first byte (response headers) and
 every idle gap while streaming; a stream that keeps trickling is not cut.
@@ -14,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable, Sequence
 
 import aiohttp
 
+from .convo import Entry, Reply, ToolCall, ToolSpec
+from .dialects import BY_NAME, Dialect, StreamParser
+from .dialects.base import error_message
 from .errors import LLMError, LLMTimeout
 
 log = logging.getLogger("refkernel")
@@ -26,126 +35,19 @@ log = logging.getLogger("refkernel")
 MAX_EVENT = 8 << 20  # bytes of one SSE event before the stream is declared malformed
 MAX_ERROR_BODY = 64 * 1024
 
-
-@dataclass
-class ToolCall:
-    index: int
-    id: str = ""
-    name: str = ""
-    arguments: str = ""
-
-    def message(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-
-@dataclass
-class Reply:
-    content: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    finish_reason: str | None = None
-
-
-class _Accumulator:
-    """Robust: fragments are keyed by ``index``; a fragment that brings a new
-    ``id`` starts a new call even at a used index (providers that send every
-    call as index 0), and one without an index (another quirk) continues the
-    last call unless it brings a new id."""
-
-    def __init__(self) -> None:
-        self._calls: list[ToolCall] = []  # in the order they started
-        self._parts: list[list[str]] = []
-        self._at: dict[int, int] = {}  # stream index -> position in _calls
-        self._last: int | None = None
-
-    def _new(self, index: int) -> int:
-        self._calls.append(ToolCall(index=index))
-        self._parts.append([])
-        self._at[index] = len(self._calls) - 1
-        return len(self._calls) - 1
-
-    def add(self, frag: dict[str, Any]) -> None:
-        fn = frag.get("function") if isinstance(frag.get("function"), dict) else {}
-        fid = frag.get("id") if isinstance(frag.get("id"), str) and frag.get("id") else None
-        idx = frag.get("index")
-        if isinstance(idx, int) and not isinstance(idx, bool):
-            pos = self._at.get(idx)
-            if pos is None or (fid is not None and self._calls[pos].id not in ("", fid)):
-                pos = self._new(idx)
-        else:
-            pos = self._last
-            if pos is None or (fid is not None and self._calls[pos].id not in ("", fid)):
-                pos = self._new(max(self._at, default=-1) + 1)
-        call = self._calls[pos]
-        if fid is not None and not call.id:
-            call.id = fid
-        name = fn.get("name")
-        if isinstance(name, str) and name and not call.name:
-            call.name = name  # providers that repeat the name must not make it "lookuplookup"
-        args = fn.get("arguments")
-        if isinstance(args, dict):
-            args = json.dumps(args)
-        if isinstance(args, str) and args:
-            parts = self._parts[pos]
-            if parts == ["{}"] and fid is None:
-                parts.clear()  # a "{}" placeholder in the first fragment, the real arguments after it
-            parts.append(args)
-        self._last = pos
-
-    def result(self) -> list[ToolCall]:
-        out = []
-        order = sorted(range(len(self._calls)), key=lambda p: (self._calls[p].index, p))
-        for n, pos in enumerate(order):
-            call = self._calls[pos]
-            call.arguments = "".join(self._parts[pos])
-            call.id = call.id or f"call_refkernel_{n}"
-            out.append(call)
-        return out
-
-
-class _NaiveAccumulator:
-    """The ``ignore-stream-index`` fault: one accumulator for the whole
-    message. The first fragment names the call; every later fragment's
-    arguments are glued on, whichever call they belong to."""
-
-    def __init__(self) -> None:
-        self.call: ToolCall | None = None
-        self._parts: list[str] = []
-
-    def add(self, frag: dict[str, Any]) -> None:
-        fn = frag.get("function") if isinstance(frag.get("function"), dict) else {}
-        if self.call is None:
-            self.call = ToolCall(index=0, id=frag.get("id") or "call_refkernel_0", name=fn.get("name") or "")
-        args = fn.get("arguments")
-        if isinstance(args, str):
-            self._parts.append(args)
-
-    def result(self) -> list[ToolCall]:
-        if self.call is None:
-            return []
-        self.call.arguments = "".join(self._parts)
-        return [self.call]
-
-
-def _error_message(body: bytes) -> str:
-    try:
-        obj = json.loads(body)
-        err = obj.get("error") if isinstance(obj, dict) else None
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-    except ValueError:
-        pass
-    text = body.decode("utf-8", "replace").strip()
-    return text[:500] or "(empty body)"
+__all__ = ["LLMClient", "Reply", "ToolCall"]
 
 
 class LLMClient:
-    def __init__(self, base_url: str, model: str, timeout: float, ignore_index: bool = False) -> None:
+    def __init__(self, base_url: str, model: str, timeout: float, ignore_index: bool = False, api: str = "chat",
+                 api_key: str = "kstress", stream: bool = True) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout = timeout
         self.ignore_index = ignore_index
+        self.dialect: Dialect = BY_NAME[api]
+        self.api_key = api_key
+        self.stream = stream
         self._session: aiohttp.ClientSession | None = None
         self.state = "unknown"
         self._probe_task: asyncio.Task | None = None
@@ -207,32 +109,35 @@ class LLMClient:
         self.state = "degraded"
         self._wake.set()
 
-    # --- chat -----------------------------------------------------------------
+    # --- one request ---------------------------------------------------------
 
-    async def chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_delta: Callable[[str], None]
+    async def ask(
+        self, system: str, entries: Sequence[Entry], tools: Sequence[ToolSpec], on_delta: Callable[[str], None]
     ) -> Reply:
+        """The model's next reply to the conversation ``entries``; its text
+        goes to ``on_delta`` as it arrives."""
         assert self._session is not None, "LLMClient.start() was not called"
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "tools": tools,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        url = self.base_url + "/chat/completions"
+        d = self.dialect
+        body = d.request(self.model, system, entries, tools, self.stream)
+        url = self.base_url + d.path
+        headers = {"Accept": "text/event-stream" if self.stream else "application/json", **d.headers(self.api_key)}
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.timeout) as deadline:
-                async with self._session.post(url, json=body, headers={"Accept": "text/event-stream"}) as resp:
+                async with self._session.post(url, json=body, headers=headers) as resp:
                     deadline.reschedule(loop.time() + self.timeout)
                     if resp.status != 200:
                         raw = await resp.content.read(MAX_ERROR_BODY)
-                        raise LLMError(f"the LLM answered HTTP {resp.status}: {_error_message(raw)}")
+                        raise LLMError(f"the LLM answered HTTP {resp.status}: {error_message(raw)}")
                     if "text/event-stream" not in resp.headers.get("Content-Type", ""):
+                        # asked for a stream and got a whole reply (or asked for one): take it
                         raw = await resp.read()
-                        return self._whole(raw)
-                    return await self._stream(resp, deadline, on_delta)
+                        try:
+                            obj = json.loads(raw)
+                        except ValueError:
+                            raise LLMError(f"the LLM sent an unreadable reply: {raw[:200]!r}") from None
+                        return d.whole(obj, on_delta, self.ignore_index)
+                    return await self._stream(resp, deadline, d.parser(on_delta, self.ignore_index))
         except TimeoutError:
             raise LLMTimeout(
                 f"the LLM sent nothing for {self.timeout:g} s (--llm-timeout) on {url}"
@@ -245,25 +150,13 @@ class LLMClient:
         except (aiohttp.ClientError, OSError) as exc:
             raise LLMError(f"LLM request to {url} failed: {type(exc).__name__}: {exc}") from None
 
-    def _whole(self, raw: bytes) -> Reply:
-        try:
-            obj = json.loads(raw)
-            msg = obj["choices"][0]["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise LLMError(f"the LLM sent an unreadable completion: {raw[:200]!r}") from None
-        acc = _NaiveAccumulator() if self.ignore_index else _Accumulator()
-        for n, tc in enumerate(msg.get("tool_calls") or []):
-            if isinstance(tc, dict):
-                acc.add({"index": n, **tc})
-        return Reply(content=msg.get("content") or "", tool_calls=acc.result(), finish_reason=obj["choices"][0].get("finish_reason"))
-
-    async def _stream(self, resp: aiohttp.ClientResponse, deadline: asyncio.Timeout, on_delta: Callable[[str], None]) -> Reply:
+    async def _stream(self, resp: aiohttp.ClientResponse, deadline: asyncio.Timeout, parser: StreamParser) -> Reply:
+        """SSE framing, the same for every dialect: an event is its ``event:``
+        name (if any) and its ``data:`` lines, ended by a blank line."""
         loop = asyncio.get_running_loop()
-        acc = _NaiveAccumulator() if self.ignore_index else _Accumulator()
-        reply = Reply()
-        content: list[str] = []
         buf = b""
         data: list[bytes] = []
+        event: str | None = None
         done = False
         while not done:
             chunk = await resp.content.readany()
@@ -279,46 +172,17 @@ class LLMClient:
                 if line:
                     if line.startswith(b"data:"):
                         data.append(line[5:].lstrip(b" "))
-                    continue  # event:, id:, retry: and comments carry nothing we use
+                    elif line.startswith(b"event:"):
+                        event = line[6:].strip().decode("utf-8", "replace")
+                    continue  # id:, retry: and comments carry nothing we use
                 if not data:
+                    event = None
                     continue
                 payload, data = b"\n".join(data), []
-                if payload == b"[DONE]":
+                name, event = event, None
+                if parser.feed(name, payload):
                     done = True
                     break
-                self._event(payload, acc, reply, content, on_delta)
         if not done and data:  # a last event without its blank line
-            payload = b"\n".join(data)
-            if payload == b"[DONE]":
-                done = True
-            else:
-                self._event(payload, acc, reply, content, on_delta)
-        if not done and reply.finish_reason is None:
-            raise LLMError("the LLM stream ended before its finish_reason and [DONE]")
-        reply.content = "".join(content)
-        reply.tool_calls = acc.result()
-        return reply
-
-    @staticmethod
-    def _event(payload: bytes, acc: Any, reply: Reply, content: list[str], on_delta: Callable[[str], None]) -> None:
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            raise LLMError(f"the LLM sent a malformed stream chunk: {payload[:200]!r}") from None
-        if not isinstance(obj, dict):
-            raise LLMError(f"the LLM sent a stream chunk that is not an object: {payload[:200]!r}")
-        if obj.get("error") is not None:
-            raise LLMError(f"the LLM reported an error mid-stream: {_error_message(payload)}")
-        for choice in obj.get("choices") or ():
-            if not isinstance(choice, dict):
-                continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-            text = delta.get("content")
-            if isinstance(text, str) and text:
-                content.append(text)
-                on_delta(text)
-            for frag in delta.get("tool_calls") or ():
-                if isinstance(frag, dict):
-                    acc.add(frag)
-            if choice.get("finish_reason"):
-                reply.finish_reason = choice["finish_reason"]
+            parser.feed(event, b"\n".join(data))
+        return parser.end()

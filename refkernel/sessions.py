@@ -2,9 +2,10 @@
 
 A session is an id the client chose (the ``session`` field of an input); it
 belongs to no connection. Its history is the list of its completed turns, each
-kept as the messages that turn added to the conversation: its user message,
-every step's assistant tool-call message and tool results, its final assistant
-text. Bounded both ways: at most ``turns`` turns per session (the oldest
+kept as the entries that turn added to the conversation (``refkernel.convo``,
+in no API's shape: each request renders them in its dialect's): its user
+input, every step's assistant reply with its calls and their results, its
+final assistant text. Bounded both ways: at most ``turns`` turns per session (the oldest
 dropped, whole), at most ``capacity`` sessions (the least recently used one
 forgotten, counted in ``evictions``). Pure data: no I/O, no clock.
 """
@@ -15,7 +16,7 @@ import collections
 import itertools
 from typing import Any, Hashable, Sequence
 
-Message = dict[str, Any]
+Message = Any  # a convo.Entry; this module never looks inside one
 
 
 class Sessions:

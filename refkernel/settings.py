@@ -19,7 +19,8 @@ from .errors import ConfigError
 # Each fault switches on one known bug; docs/refkernel.md says what it breaks
 # and which harness check catches it.
 FAULTS: dict[str, str] = {
-    "ignore-stream-index": "accumulates streamed tool-call fragments into one call, ignoring `index`",
+    "ignore-stream-index": "accumulates streamed tool-call fragments into one call, ignoring `index` "
+                           "(Anthropic: the block index; Responses: item_id and output_index)",
     "first-tool-only": "runs only the first tool call of a batch",
     "completion-order": "appends tool results in completion order, not declared order",
     "serial-tools": "runs every batch serially, even when all calls are parallel-safe",
@@ -42,6 +43,13 @@ BATCH_MODES: dict[str, str] = {
     "barrier": "an unsafe call waits for the calls before it, runs alone, then the rest go on",
     "parallel": "every call of a batch at once, parallel-safe or not",
     "serial": "one call at a time, always, in declared order",
+}
+
+# The API the kernel speaks to its LLM (--llm-api): dialects/*.py.
+LLM_APIS: dict[str, str] = {
+    "chat": "OpenAI chat completions: POST URL/chat/completions",
+    "responses": "OpenAI Responses: POST URL/responses",
+    "anthropic": "Anthropic Messages: POST URL/messages",
 }
 
 MAX_FRAME = 1 << 20  # bytes of one JSON frame, newline excluded (protocol v1)
@@ -159,6 +167,9 @@ class KernelSettings:
     delay_ms: int = 0
     session_turns: int = 64
     max_sessions: int = 10_000
+    llm_api: str = "chat"
+    llm_api_key: str | None = None  # None: a placeholder the mock accepts (a real API answers 401)
+    stream: bool = True
 
     def __post_init__(self) -> None:
         _rule(
@@ -186,8 +197,17 @@ class KernelSettings:
             url.scheme in ("http", "https") and bool(url.netloc),
             "llm_url",
             self.llm_url,
-            "give the OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1",
+            "give the LLM's base URL, e.g. http://127.0.0.1:8000/v1 (the endpoint path of --llm-api goes under it)",
         )
+        _rule(self.llm_api in LLM_APIS, "llm_api", self.llm_api, f"use one of {', '.join(LLM_APIS)}")
+        _rule(
+            self.llm_api_key is None or (isinstance(self.llm_api_key, str) and 0 < len(self.llm_api_key) <= 4096
+                                         and self.llm_api_key.isprintable()),
+            "llm_api_key",
+            "(hidden)",
+            "use a non-empty printable string of at most 4096 characters, or leave it out",
+        )
+        _rule(isinstance(self.stream, bool), "stream", self.stream, "use True or False")
         _rule(
             self.token is None or (isinstance(self.token, str) and 0 < len(self.token) <= 4096),
             "token",

@@ -12,11 +12,10 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
 from . import procs
-from .llm import ToolCall
+from .convo import Result, ToolCall, ToolSpec
 from .settings import KernelSettings
 
 log = logging.getLogger("refkernel")
@@ -27,16 +26,6 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _ERRORISH = re.compile(r"(?i)^\s*error\b")
 
 
-@dataclass(frozen=True)
-class Result:
-    call: ToolCall
-    ok: bool
-    content: str
-
-    def message(self) -> dict[str, Any]:
-        return {"role": "tool", "tool_call_id": self.call.id, "content": self.content}
-
-
 class ToolFailed(Exception):
     """Raised inside a tool: becomes an ``ERROR: <message>`` result."""
 
@@ -45,13 +34,13 @@ def _obj(**props: Any) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
-def _fn(name: str, description: str, params: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
+def _fn(name: str, description: str, params: dict[str, Any]) -> ToolSpec:
+    return ToolSpec(name, description, params)
 
 
 _S = {"type": "string"}
 
-SCHEMAS: list[dict[str, Any]] = [
+TOOLS: list[ToolSpec] = [
     _fn("lookup", "Look a key up in the knowledge base (read-only, fast).", _obj(key=_S, query=_S)),
     _fn("cmd_run", "Run a shell command in the data directory; returns its output and exit status.", _obj(command=_S)),
     _fn("knowledge_create", "Create a knowledge entry (a file in the data directory).", _obj(title=_S, content=_S)),

@@ -1,15 +1,20 @@
 """A scripted fake LLM for the session and tool-loop tests, and the checks
 that read its recording.
 
-It speaks OpenAI chat completions, streamed, in the wire format of
-docs/wire.md (one tool-call fragment per chunk, a named header per call,
-arguments cut in several pieces, a finish chunk, usage, ``[DONE]``), records
-every request body, and answers from a script written in the latest user
-message, so that a test decides what each turn does by what it sends:
+It speaks the three APIs the kernel can (``--llm-api``), streamed, in the wire
+formats of docs/wire.md: OpenAI chat completions (one tool-call fragment per
+chunk, a named header per call, arguments cut in several pieces, a finish
+chunk, usage, ``[DONE]``), Anthropic Messages (a ``tool_use`` block per call,
+its input as ``input_json_delta`` pieces) and OpenAI Responses (a
+``function_call`` item per call, ``fc_`` item ids, argument deltas by
+``item_id``, ``response.completed``). It records every request, and answers
+from a script written in the latest user message, so that a test decides what
+each turn does by what it sends:
 
     ``loop=K``   K tool steps before the answer (default 0: answer at once)
     ``calls=N``  N calls per step (default 1), ``lookup`` each ...
     ``writer``   ... except a ``knowledge_create`` in the middle of every odd step
+    ``broken``   ... and the last call of every step with a ``key`` that is not a string (a tool error)
     ``fail``     HTTP 500 instead of a reply
     ``hold``     the turn's first request waits until the test calls ``release``
     ``#NONCE``   the turn's name: in every call id and argument of the turn
@@ -19,6 +24,14 @@ messages after its user message, and the step numbers in the fake's own call
 ids), so a kernel that drops or renames part of the loop still gets an answer
 and the recording shows what it sent. Unlike the mock (``mock/``), it checks
 nothing itself: the checks below compare the recording with the script.
+
+An Anthropic or Responses request is read into the chat shape those checks
+use (``Recorded.messages``) by a strict reader (``normalize``): every block
+and item must have exactly the fields the dialect's history has (an assistant
+message of ``tool_use`` blocks with the input as an object, then a user
+message that starts with the ``tool_result`` blocks; ``function_call`` items
+with their ``fc_`` id, then ``function_call_output`` items), or the fake
+answers 400 naming what it could not read (``FakeLLM.unreadable``).
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ class Script:
     steps: int = 0
     calls: int = 1
     writer: bool = False
+    broken: bool = False
     fail: bool = False
     hold: bool = False
 
@@ -51,13 +65,15 @@ class Script:
         opts = dict(w.split("=", 1) for w in words if "=" in w)
         nonces = [w[1:] for w in words if w.startswith("#") and len(w) > 1]
         return cls(nonce=nonces[-1] if nonces else "", steps=int(opts.get("loop", 0)), calls=int(opts.get("calls", 1)),
-                   writer="writer" in words, fail="fail" in words, hold="hold" in words)
+                   writer="writer" in words, broken="broken" in words, fail="fail" in words, hold="hold" in words)
 
     def call(self, step: int, i: int) -> dict[str, Any]:
         """Call i of step ``step`` (0-based), as the assistant message must carry it back."""
         cid = f"call_{self.nonce}_{step}_{i}"
         if self.writer and step % 2 == 1 and i == self.calls // 2:
             name, args = "knowledge_create", {"title": f"k-{self.nonce}-{step}-{i}", "content": f"step {step} \"of\"\tloop"}
+        elif self.broken and i == self.calls - 1:
+            name, args = "lookup", {"key": step, "query": "a key that is not a string"}
         else:  # quotes and a tab: the pieces cut inside JSON escapes
             name, args = "lookup", {"key": f"{self.nonce}/{step}/{i}", "query": f"step {step} \"call\" {i}\t{self.nonce}"}
         return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
@@ -96,15 +112,120 @@ def step_of(messages: list[Message], nonce: str) -> int:
     return max(len(assistants), 1 + max(seen, default=-1))
 
 
+class Unreadable(ValueError):
+    """A request whose history is not in its dialect's shape."""
+
+
+def _expect(ok: bool, what: str) -> None:
+    if not ok:
+        raise Unreadable(what)
+
+
+def item_id(call_id: str) -> str:
+    """The Responses item id the fake gives the function_call whose call_id is ``call_id``."""
+    return "fc_" + call_id.removeprefix("call_")
+
+
+def _anthropic(body: dict[str, Any]) -> list[Message]:
+    out: list[Message] = []
+    _expect(isinstance(body.get("max_tokens"), int) and body["max_tokens"] > 0, f"max_tokens is {body.get('max_tokens')!r}")
+    if "system" in body:
+        _expect(isinstance(body["system"], str), "system is not a string")
+        out.append({"role": "system", "content": body["system"]})
+    for m in body["messages"]:
+        role, content = m.get("role"), m.get("content")
+        _expect(set(m) == {"role", "content"} and role in ("user", "assistant"), f"a message {m}")
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+            continue
+        _expect(isinstance(content, list) and content, f"a message whose content is {content!r}")
+        kinds = [b.get("type") for b in content]
+        if role == "user":
+            # the results first, one block per tool_use; text (if any) after them
+            n = kinds.count("tool_result")
+            _expect(kinds[:n] == ["tool_result"] * n and all(k == "text" for k in kinds[n:]), f"user blocks {kinds}")
+            for b in content[:n]:
+                _expect(set(b) in ({"type", "tool_use_id", "content"}, {"type", "tool_use_id", "content", "is_error"}), f"a tool_result {b}")
+                _expect(b.get("is_error", True) is True, f"a tool_result with is_error {b.get('is_error')!r} (only true is sent)")
+                out.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": b["content"]})
+            if content[n:]:
+                out.append({"role": "user", "content": "".join(b["text"] for b in content[n:])})
+            continue
+        n = kinds.count("text")
+        _expect(kinds[:n] == ["text"] * n and all(k == "tool_use" for k in kinds[n:]), f"assistant blocks {kinds}")
+        text = "".join(b["text"] for b in content[:n])
+        _expect(all(b["text"] for b in content[:n]), "an empty text block (the API refuses them)")
+        calls = []
+        for b in content[n:]:
+            _expect(set(b) == {"type", "id", "name", "input"} and isinstance(b["input"], dict), f"a tool_use {b}")
+            calls.append({"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": json.dumps(b["input"])}})
+        out.append({"role": "assistant", "content": text or None, "tool_calls": calls} if calls else {"role": "assistant", "content": text})
+    return out
+
+
+def _responses(body: dict[str, Any]) -> list[Message]:
+    out: list[Message] = []
+    _expect("previous_response_id" not in body and "messages" not in body, "previous_response_id or messages in a Responses request")
+    if "instructions" in body:
+        out.append({"role": "system", "content": body["instructions"]})
+    for item in body["input"]:
+        kind = item.get("type", "message")
+        if kind == "message":
+            role, content = item.get("role"), item.get("content")
+            if isinstance(content, list):  # an output message item repeated: its own id, its text parts
+                _expect(set(item) == {"type", "id", "role", "status", "content"} and role == "assistant", f"a message item {item}")
+                _expect(all(set(p) == {"type", "text", "annotations"} and p["type"] == "output_text" for p in content), f"parts {content}")
+                content = "".join(p["text"] for p in content)
+            else:
+                _expect(set(item) <= {"type", "role", "content"} and isinstance(content, str), f"a message {item}")
+            out.append({"role": role, "content": content})
+        elif kind == "function_call":
+            _expect(set(item) == {"type", "id", "call_id", "name", "arguments"} and isinstance(item["arguments"], str), f"a function_call {item}")
+            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item["arguments"]}}
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            out[-1].setdefault("item_ids", []).append(item["id"])
+        elif kind == "function_call_output":
+            _expect(set(item) == {"type", "call_id", "output"}, f"a function_call_output {item}")
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
+        else:
+            raise Unreadable(f"an input item of type {kind!r}")
+    return out
+
+
+def normalize(dialect: str, body: dict[str, Any]) -> list[Message]:
+    """The request's conversation in the chat shape (strictly read; Unreadable otherwise)."""
+    if dialect == "chat":
+        return body["messages"]
+    try:
+        return _anthropic(body) if dialect == "anthropic" else _responses(body)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise Unreadable(f"{type(exc).__name__}: {exc}") from None
+
+
 @dataclass
 class Recorded:
     nonce: str
     body: dict[str, Any]
     at: float
+    dialect: str = "chat"
+    headers: dict[str, str] | None = None
+    normalized: list[Message] | None = None
 
     @property
     def messages(self) -> list[Message]:
-        return self.body["messages"]
+        """In the chat shape, whatever the dialect (without Responses item ids: see ``item_ids``)."""
+        assert self.normalized is not None
+        return [{k: v for k, v in m.items() if k != "item_ids"} for m in self.normalized]
+
+    @property
+    def item_ids(self) -> list[list[str]]:
+        """Responses: the item ids of each group of function_call items, in order."""
+        assert self.normalized is not None
+        return [m["item_ids"] for m in self.normalized if "item_ids" in m]
 
 
 class FakeLLM:
@@ -113,6 +234,7 @@ class FakeLLM:
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
+        self.unreadable: list[str] = []  # why requests were answered 400
         self._holds: dict[str, asyncio.Event] = {}
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -121,6 +243,8 @@ class FakeLLM:
         app = web.Application()
         app.router.add_get("/v1", self._alive)  # GET also answers the kernel's HEAD probe
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._anthropic)
+        app.router.add_post("/v1/responses", self._responses)
         self._runner = web.AppRunner(app, handle_signals=False)
         try:
             await self._runner.setup()
@@ -151,6 +275,9 @@ class FakeLLM:
     def requests_for(self, nonce: str) -> list[list[Message]]:
         return [r.messages for r in self.requests if r.nonce == nonce]
 
+    def recorded_for(self, nonce: str) -> list[Recorded]:
+        return [r for r in self.requests if r.nonce == nonce]
+
     def holding(self, nonce: str) -> bool:
         """The held turn's first request has arrived (and waits)."""
         return bool(self.requests_for(nonce)) and not self._holds.setdefault(nonce, asyncio.Event()).is_set()
@@ -161,52 +288,139 @@ class FakeLLM:
         return web.json_response({"ok": True})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "chat")
+
+    async def _anthropic(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "anthropic")
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "responses")
+
+    async def _serve(self, request: web.Request, dialect: str) -> web.StreamResponse:
         body = await request.json()
-        user = turn_part(body["messages"])[0]["content"]
+        try:
+            messages = normalize(dialect, body)
+        except Unreadable as exc:
+            self.unreadable.append(str(exc))
+            return web.json_response({"error": {"message": f"rkfake: unreadable {dialect} request: {exc}", "type": "invalid_request_error"}},
+                                     status=400)
+        user = turn_part(messages)[0]["content"]
         script = Script.parse(user)
-        self.requests.append(Recorded(script.nonce, body, time.monotonic()))
+        self.requests.append(Recorded(script.nonce, body, time.monotonic(), dialect, dict(request.headers), messages))
         if script.fail:
+            if dialect == "anthropic":
+                return web.json_response({"type": "error", "error": {"type": "api_error", "message": "scripted failure"}}, status=500)
             return web.json_response({"error": {"message": "scripted failure", "type": "server_error", "param": None,
                                                 "code": None}}, status=500)
-        step = step_of(body["messages"], script.nonce)
+        step = step_of(messages, script.nonce)
         if script.hold and step == 0:
             await self._holds.setdefault(script.nonce, asyncio.Event()).wait()
-        return await self._stream(request, body, script.calls_of(step) if step < script.steps else None, script.answer)
-
-    async def _stream(self, request: web.Request, body: dict[str, Any], calls: list[dict[str, Any]] | None,
-                      answer: str) -> web.StreamResponse:
-        rid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), body.get("model", "fake")
-        usage = bool((body.get("stream_options") or {}).get("include_usage"))
-
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            obj: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                                   "system_fingerprint": "fp_rkfake",
-                                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-            if usage:
-                obj["usage"] = None
-            return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
-
-        events = [chunk({"role": "assistant", "content": None})]
-        if calls is None:
-            events += [chunk({"content": piece}) for piece in _pieces(answer)]
-        else:
-            for i, c in enumerate(calls):
-                events.append(chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
-                                                     "function": {"name": c["function"]["name"], "arguments": ""}}]}))
-                events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-                           for piece in _pieces(c["function"]["arguments"])]
-        events.append(chunk({}, "stop" if calls is None else "tool_calls"))
-        if usage:
-            events.append(b"data: " + json.dumps({"id": rid, "object": "chat.completion.chunk", "created": created,
-                                                   "model": model, "system_fingerprint": "fp_rkfake", "choices": [],
-                                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1,
-                                                             "total_tokens": 2}}).encode() + b"\n\n")
-        events.append(b"data: [DONE]\n\n")
+        calls = script.calls_of(step) if step < script.steps else None
+        events = {"chat": _chat_events, "anthropic": _anthropic_events, "responses": _responses_events}[dialect](
+            body, calls, script.answer, script.nonce)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         await resp.write(b"".join(events))
         await resp.write_eof()
         return resp
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _chat_events(body: dict[str, Any], calls: list[dict[str, Any]] | None, answer: str, nonce: str) -> list[bytes]:
+    rid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), body.get("model", "fake")
+    usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        obj: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                               "system_fingerprint": "fp_rkfake",
+                               "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        if usage:
+            obj["usage"] = None
+        return b"data: " + _dumps(obj).encode() + b"\n\n"
+
+    events = [chunk({"role": "assistant", "content": None})]
+    if calls is None:
+        events += [chunk({"content": piece}) for piece in _pieces(answer)]
+    else:
+        for i, c in enumerate(calls):
+            events.append(chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                                 "function": {"name": c["function"]["name"], "arguments": ""}}]}))
+            events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+                       for piece in _pieces(c["function"]["arguments"])]
+    events.append(chunk({}, "stop" if calls is None else "tool_calls"))
+    if usage:
+        events.append(b"data: " + json.dumps({"id": rid, "object": "chat.completion.chunk", "created": created,
+                                               "model": model, "system_fingerprint": "fp_rkfake", "choices": [],
+                                               "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                                                         "total_tokens": 2}}).encode() + b"\n\n")
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def _named(obj: dict[str, Any]) -> bytes:
+    return f"event: {obj['type']}\ndata: {_dumps(obj)}\n\n".encode()
+
+
+def _anthropic_events(body: dict[str, Any], calls: list[dict[str, Any]] | None, answer: str, nonce: str) -> list[bytes]:
+    msg = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": body.get("model", "fake"),
+           "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}
+    events = [_named({"type": "message_start", "message": msg})]
+    if calls is None:
+        events.append(_named({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))
+        events += [_named({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}) for p in _pieces(answer)]
+        events.append(_named({"type": "content_block_stop", "index": 0}))
+    for i, c in enumerate(calls or ()):
+        events.append(_named({"type": "content_block_start", "index": i,
+                              "content_block": {"type": "tool_use", "id": c["id"], "name": c["function"]["name"], "input": {}}}))
+        for p in ["", *_pieces(c["function"]["arguments"])]:
+            events.append(_named({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": p}}))
+        events.append(_named({"type": "content_block_stop", "index": i}))
+    events.append(_named({"type": "message_delta", "delta": {"stop_reason": "end_turn" if calls is None else "tool_use", "stop_sequence": None},
+                          "usage": {"output_tokens": 1}}))
+    events.append(_named({"type": "message_stop"}))
+    return events
+
+
+def _responses_events(body: dict[str, Any], calls: list[dict[str, Any]] | None, answer: str, nonce: str) -> list[bytes]:
+    rid = f"resp_{uuid.uuid4().hex[:24]}"
+    seq = iter(range(10**6))
+    events: list[bytes] = []
+
+    def add(obj: dict[str, Any]) -> None:
+        events.append(_named({**obj, "sequence_number": next(seq)}))
+
+    def response(status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": rid, "object": "response", "status": status, "model": body.get("model", "fake"), "output": output, "error": None}
+
+    add({"type": "response.created", "response": response("in_progress", [])})
+    output = []
+    if calls is None:
+        mid = f"msg_{nonce}"
+        where = {"item_id": mid, "output_index": 0, "content_index": 0}
+        add({"type": "response.output_item.added", "output_index": 0,
+             "item": {"id": mid, "type": "message", "status": "in_progress", "role": "assistant", "content": []}})
+        for p in _pieces(answer):
+            add({"type": "response.output_text.delta", **where, "delta": p})
+        add({"type": "response.output_text.done", **where, "text": answer})
+        item = {"id": mid, "type": "message", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": answer, "annotations": []}]}
+        add({"type": "response.output_item.done", "output_index": 0, "item": item})
+        output.append(item)
+    for i, c in enumerate(calls or ()):
+        fc = {"id": item_id(c["id"]), "type": "function_call", "status": "in_progress", "arguments": "", "call_id": c["id"],
+              "name": c["function"]["name"]}
+        add({"type": "response.output_item.added", "output_index": i, "item": fc})
+        for p in _pieces(c["function"]["arguments"]):
+            add({"type": "response.function_call_arguments.delta", "item_id": fc["id"], "output_index": i, "delta": p})
+        done = {**fc, "status": "completed", "arguments": c["function"]["arguments"]}
+        add({"type": "response.function_call_arguments.done", "item_id": fc["id"], "output_index": i, "arguments": done["arguments"]})
+        add({"type": "response.output_item.done", "output_index": i, "item": done})
+        output.append(done)
+    add({"type": "response.completed", "response": response("completed", output)})
+    return events
 
 
 def _pieces(s: str) -> list[str]:
@@ -253,6 +467,10 @@ def check_loop(llm: FakeLLM, text_sent: str) -> None:
             assert req[:len(reqs[s - 1])] == reqs[s - 1], f"request {s} does not extend request {s - 1} unchanged"
     ids = [c["id"] for m in turn_part(reqs[-1]) for c in m.get("tool_calls") or ()]
     assert len(ids) == len(set(ids)) == script.steps * script.calls, ids
+    last = llm.recorded_for(script.nonce)[-1]
+    if last.dialect == "responses":  # each function_call item repeated under the item id the fake gave it
+        steps = last.item_ids[-script.steps:] if script.steps else []
+        assert steps == [[item_id(c["id"]) for c in script.calls_of(s)] for s in range(script.steps)], steps
 
 
 def exchange(llm: FakeLLM, text_sent: str) -> list[Message]:

@@ -104,6 +104,13 @@ class KernelProc:
             raise AssertionError(f"processes survived the kernel: {[(p.pid, p.info) for p in strays]}")
 
 
+def mock_requests(k: KernelProc, nonce: str) -> list[tuple[str, bool]]:
+    """(dialect, stream) of every request the kernel's mock saw for ``nonce``, oldest first."""
+    assert k.mock is not None
+    entry = k.mock.state.store.query([nonce])[nonce]
+    return [(r["dialect"], r["stream"]) for r in (entry or {}).get("records", [])]
+
+
 async def run_kernel_cli(args: list[str], timeout: float = 20) -> tuple[int, str]:
     """``refkernel ARGS`` that is expected to exit by itself: its exit code and output."""
     proc = await asyncio.create_subprocess_exec(

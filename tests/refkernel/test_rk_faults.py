@@ -1,6 +1,7 @@
 """Each --fault produces its bug, visibly, on the real kernel: the test shows
 the symptom a harness check must catch (the wrong verdict field, the orphan,
-the missing error frame, the duplicate executed twice, the overlap)."""
+the missing error frame, the duplicate executed twice, the overlap) -- on
+every API the kernel can speak (--llm-api), with the same symptom on each."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import signal
 import psutil
 import pytest
 
-from rkhelpers import procs_in
+from rkhelpers import mock_requests, procs_in
 from mock import markers
 from refkernel import FAULTS
 from rkclient import text_for
@@ -19,14 +20,20 @@ from rkfake import check_loop, history_failures, interleaved_sessions, text
 TOOL_MS = 200
 
 
-async def _verdict(rk, fault: str | None, marker: str, tool_ms: int = TOOL_MS):
-    k = await rk(*(["--fault", fault] if fault else []), tool_ms=tool_ms)
+@pytest.fixture(params=["chat", "responses", "anthropic"])
+def api(request) -> str:
+    return request.param
+
+
+async def _verdict(rk, api: str, fault: str | None, marker: str, tool_ms: int = TOOL_MS):
+    k = await rk("--llm-api", api, *(["--fault", fault] if fault else []), tool_ms=tool_ms)
     conn = await k.connect()
     text, n = text_for(marker)
     turn = await conn.turn(text)
     assert turn.kind == "response", turn.frames[-1]
     v = turn.verdict
     assert v is not None, turn.text
+    assert {d for d, _ in mock_requests(k, n)} == {api}
     return turn, v, n
 
 
@@ -38,49 +45,49 @@ def test_every_fault_has_a_test_here():
     assert missing == []
 
 
-async def test_fault_ignore_stream_index(rk):
-    turn, v, _ = await _verdict(rk, "ignore-stream-index", "!batch4")
+async def test_fault_ignore_stream_index(rk, api):
+    turn, v, _ = await _verdict(rk, api, "ignore-stream-index", "!batch4")
     # one call carrying all four argument strings glued together
     assert (v.expected, v.got, v.args) == (4, 1, False), v.format()
     assert "not valid JSON" in turn.text
 
 
-async def test_fault_first_tool_only(rk):
-    _, v, _ = await _verdict(rk, "first-tool-only", "!batch4")
+async def test_fault_first_tool_only(rk, api):
+    _, v, _ = await _verdict(rk, api, "first-tool-only", "!batch4")
     assert (v.expected, v.got, v.ids, v.args, v.order) == (4, 1, True, True, True), v.format()
 
 
-async def test_fault_completion_order(rk):
+async def test_fault_completion_order(rk, api):
     # Durations decrease with the index (steps well above process-spawn
     # skew), so the results come back out of declared order.
-    turn, v, n = await _verdict(rk, "completion-order", "!slowbatch4")
+    turn, v, n = await _verdict(rk, api, "completion-order", "!slowbatch4")
     assert (v.got, v.order) == (4, False), v.format()
-    echoed = [line.split("_")[-1] for line in turn.text.splitlines() if line.startswith("--- call_")]
+    echoed = [line.split("_")[-1] for line in turn.text.splitlines() if line.startswith("--- ")]
     assert sorted(echoed) == ["0", "1", "2", "3"] and echoed != ["0", "1", "2", "3"], echoed
 
 
-async def test_fault_serial_tools(rk):
-    turn, v, n = await _verdict(rk, "serial-tools", "!slowbatch4")
+async def test_fault_serial_tools(rk, api):
+    turn, v, n = await _verdict(rk, api, "serial-tools", "!slowbatch4")
     assert v.all_ok  # the verdict alone cannot see it ...
     assert turn.overlap(n) == 1  # ... the timestamps can: nothing ran at once
     plan = markers.build_plan(turn.text_sent, tool_ms=TOOL_MS)
     assert v.tool_ms is not None and v.tool_ms >= plan.serial_ms
 
 
-async def test_fault_always_parallel(rk):
-    turn, v, n = await _verdict(rk, "always-parallel", "!mixed4", tool_ms=TOOL_MS)
+async def test_fault_always_parallel(rk, api):
+    turn, v, n = await _verdict(rk, api, "always-parallel", "!mixed4", tool_ms=TOOL_MS)
     assert v.all_ok
     # the knowledge_create in the middle did not force the batch serial
     assert turn.overlap(n) > 1
 
 
-async def test_fault_drop_last_result(rk):
-    _, v, _ = await _verdict(rk, "drop-last-result", "!batch4")
+async def test_fault_drop_last_result(rk, api):
+    _, v, _ = await _verdict(rk, api, "drop-last-result", "!batch4")
     assert (v.expected, v.got) == (4, 3), v.format()
 
 
-async def test_fault_swallow_tool_errors(rk):
-    turn, v, _ = await _verdict(rk, "swallow-tool-errors", "!img")
+async def test_fault_swallow_tool_errors(rk, api):
+    turn, v, _ = await _verdict(rk, api, "swallow-tool-errors", "!img")
     plan = markers.build_plan(turn.text_sent)
     assert plan.expected_errors == 1
     assert v.errors == 0, v.format()  # the expected failure was reported as a success
@@ -88,8 +95,8 @@ async def test_fault_swallow_tool_errors(rk):
     assert "no model loaded" in turn.text
 
 
-async def test_fault_no_dedup(rk):
-    k = await rk("--fault", "no-dedup")
+async def test_fault_no_dedup(rk, api):
+    k = await rk("--llm-api", api, "--fault", "no-dedup")
     conn = await k.connect()
     text, _ = text_for("!batch2")
     first, second = await conn.turn(text), await conn.turn(text)
@@ -99,8 +106,8 @@ async def test_fault_no_dedup(rk):
     assert (s["executed"], s["duplicates"], s["tool_calls"]) == (2, 0, 4)
 
 
-async def test_fault_leak_children(rk):
-    k = await rk("--fault", "leak-children")
+async def test_fault_leak_children(rk, api):
+    k = await rk("--llm-api", api, "--fault", "leak-children")
     k.allow_strays = True  # the orphan is the point; it is killed below either way
     conn = await k.connect()
     turn = await conn.turn(text_for("!resident")[0])
@@ -118,8 +125,8 @@ async def test_fault_leak_children(rk):
             p.kill()
 
 
-async def test_fault_hide_error_frames(rk):
-    k = await rk("--fault", "hide-error-frames")
+async def test_fault_hide_error_frames(rk, api):
+    k = await rk("--llm-api", api, "--fault", "hide-error-frames")
     conn = await k.connect()
     for kind in ("500", "midstream"):
         turn = await conn.turn(text_for(f"!err:{kind}")[0])
@@ -135,14 +142,14 @@ async def test_fault_hide_error_frames(rk):
 # without the fault, where the same check must pass.
 
 
-async def _with_and_without(rk, llm, fault: str, scenario):
-    clean = await scenario(await rk(llm_url=llm.url + "/v1"))
-    faulty = await scenario(await rk("--fault", fault, llm_url=llm.url + "/v1"))
+async def _with_and_without(rk, llm, api: str, fault: str, scenario):
+    clean = await scenario(await rk("--llm-api", api, llm_url=llm.url + "/v1"))
+    faulty = await scenario(await rk("--llm-api", api, "--fault", fault, llm_url=llm.url + "/v1"))
     return clean, faulty
 
 
-async def test_fault_session_crosstalk(llm, rk):
-    clean, faulty = await _with_and_without(rk, llm, "session-crosstalk", interleaved_sessions)
+async def test_fault_session_crosstalk(llm, rk, api):
+    clean, faulty = await _with_and_without(rk, llm, api, "session-crosstalk", interleaved_sessions)
     assert history_failures(llm, clean) == {}
     failed = history_failures(llm, faulty)
     # keyed by connection: B's first turn carries A's, and A resumed on the
@@ -152,8 +159,8 @@ async def test_fault_session_crosstalk(llm, rk):
     assert "carries [], expected" in failed["A3"]
 
 
-async def test_fault_drop_history(llm, rk):
-    clean, faulty = await _with_and_without(rk, llm, "drop-history", interleaved_sessions)
+async def test_fault_drop_history(llm, rk, api):
+    clean, faulty = await _with_and_without(rk, llm, api, "drop-history", interleaved_sessions)
     assert history_failures(llm, clean) == {}
     failed = history_failures(llm, faulty)
     assert sorted(failed) == ["A3", "B3"], failed  # the third turn of each carries only the second
@@ -168,16 +175,16 @@ async def _loop(k):
     return t
 
 
-async def test_fault_loop_drop_results(llm, rk):
-    clean, faulty = await _with_and_without(rk, llm, "loop-drop-results", _loop)
+async def test_fault_loop_drop_results(llm, rk, api):
+    clean, faulty = await _with_and_without(rk, llm, api, "loop-drop-results", _loop)
     check_loop(llm, clean)
     # steps 0 and 1 go back right; the request for step 2 has only step 1's exchange
     with pytest.raises(AssertionError, match="request 2: step 0's assistant message is .*_1_0"):
         check_loop(llm, faulty)
 
 
-async def test_fault_loop_reuse_ids(llm, rk):
-    clean, faulty = await _with_and_without(rk, llm, "loop-reuse-ids", _loop)
+async def test_fault_loop_reuse_ids(llm, rk, api):
+    clean, faulty = await _with_and_without(rk, llm, api, "loop-reuse-ids", _loop)
     check_loop(llm, clean)
     with pytest.raises(AssertionError, match="request 1: step 0's assistant message is .*'call_0'"):
         check_loop(llm, faulty)
@@ -188,19 +195,19 @@ async def test_fault_loop_reuse_ids(llm, rk):
 
 
 @pytest.mark.parametrize("marker", ["!batch4", "!slowbatch4", "!mixed4", "!img"])
-async def test_without_faults_the_same_inputs_pass(rk, marker):
+async def test_without_faults_the_same_inputs_pass(rk, api, marker):
     """The control: what the faults break is fine on a healthy kernel."""
-    turn, v, n = await _verdict(rk, None, marker)
+    turn, v, n = await _verdict(rk, api, None, marker)
     plan = markers.build_plan(turn.text_sent, tool_ms=TOOL_MS)
     assert v.all_ok and v.errors == plan.expected_errors, v.format()
     if plan.timed_calls:
         assert turn.overlap(n) == (1 if plan.serial_required else len(plan.calls))
 
 
-async def test_turn_loop_is_bounded(rk):
+async def test_turn_loop_is_bounded(rk, api):
     # drop-last-result on a one-call batch sends no result at all: the model
     # asks again and again; the turn ends after --max-steps with an error frame
-    k = await rk("--fault", "drop-last-result", "--max-steps", "3")
+    k = await rk("--llm-api", api, "--fault", "drop-last-result", "--max-steps", "3")
     conn = await k.connect()
     turn = await conn.turn(text_for("!batch1")[0])
     assert turn.error_code == "max_steps", turn.frames[-1]

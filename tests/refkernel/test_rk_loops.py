@@ -1,7 +1,8 @@
 """Multi-step tool loops on the real kernel: the model calls tools, reads the
 results, calls more, and only then answers. Every request of the loop must
 carry every earlier step's assistant tool-call message and results, intact
-and in order (rkfake.check_loop), whatever the batch mode, terse or not."""
+and in order (rkfake.check_loop), whatever the batch mode, terse or not, in
+the shape of whichever API the kernel speaks (--llm-api)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ import pytest
 from refkernel.settings import BATCH_MODES
 from rkfake import Script, check_loop, text
 
+# Every mode on chat; on the other APIs (where only the rendering of the
+# history differs) two of them, one terse.
+CASES = [("chat", mode, terse) for mode in BATCH_MODES for terse in (False, True)]
+CASES += [(api, mode, terse) for api in ("responses", "anthropic") for mode, terse in (("whole-batch", False), ("barrier", True))]
 
-@pytest.mark.parametrize("terse", [False, True], ids=["verbose", "terse"])
-@pytest.mark.parametrize("mode", list(BATCH_MODES))
-async def test_loops_carry_every_earlier_step(llm, rk, mode, terse):
-    k = await rk("--batch", mode, *(["--terse"] if terse else []), llm_url=llm.url + "/v1")
+
+@pytest.mark.parametrize("api, mode, terse", CASES, ids=[f"{a}-{m}-{'terse' if t else 'verbose'}" for a, m, t in CASES])
+async def test_loops_carry_every_earlier_step(llm, rk, api, mode, terse):
+    k = await rk("--llm-api", api, "--batch", mode, *(["--terse"] if terse else []), llm_url=llm.url + "/v1")
     conn = await k.connect()
     for steps in (5, 10):
         # three calls a step, a knowledge_create in the middle of every odd
@@ -31,8 +36,9 @@ async def test_loops_carry_every_earlier_step(llm, rk, mode, terse):
         assert all(f["ok"] for f in turn.tools if f["phase"] == "end"), turn.tools
 
 
-async def test_the_default_step_limit_fits_long_loops(llm, rk):
-    k = await rk(llm_url=llm.url + "/v1")
+@pytest.mark.parametrize("api", ["chat", "responses", "anthropic"])
+async def test_the_default_step_limit_fits_long_loops(llm, rk, api):
+    k = await rk("--llm-api", api, llm_url=llm.url + "/v1")
     conn = await k.connect()
     fits, _ = text(loop=31, calls=1)  # 31 tool steps and the answer: 32 requests, the default --max-steps
     assert (await conn.turn(fits)).kind == "response"

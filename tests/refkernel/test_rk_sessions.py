@@ -1,7 +1,8 @@
 """Sessions (the input's ``session`` field, docs/protocol.md *Sessions*) on the
 real kernel, proven from what the LLM received: the scripted fake LLM
 (rkfake.py) records every request, and each turn's requests must carry exactly
-the completed turns of its own session, in order, as the kernel sent them."""
+the completed turns of its own session, in order, as the kernel sent them --
+in the shape of the API it speaks (--llm-api), which rkfake reads strictly."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from rkhelpers import run_kernel_cli
 from waiting import await_until
 
 
-async def _kernel(rk, llm, *args: str):
-    return await rk(*args, llm_url=llm.url + "/v1")
+APIS = ["chat", "responses", "anthropic"]
 
 
-async def test_interleaved_sessions_and_a_session_resumed_elsewhere(llm, rk):
-    k = await _kernel(rk, llm)
+async def _kernel(rk, llm, *args: str, api: str = "chat"):
+    return await rk("--llm-api", api, *args, llm_url=llm.url + "/v1")
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_interleaved_sessions_and_a_session_resumed_elsewhere(llm, rk, api):
+    k = await _kernel(rk, llm, api=api)
     expected = await interleaved_sessions(k)
     assert history_failures(llm, expected) == {}
     for t, _ in expected.values():
@@ -72,8 +77,9 @@ async def test_max_sessions_evicts_the_least_recently_used(llm, rk):
     check_history(llm, b1, [])
 
 
-async def test_failed_cancelled_and_duplicate_turns_stay_out(llm, rk):
-    k = await _kernel(rk, llm)
+@pytest.mark.parametrize("api", APIS)
+async def test_failed_cancelled_and_duplicate_turns_stay_out(llm, rk, api):
+    k = await _kernel(rk, llm, api=api)
     conn = await k.connect()
     a1 = await session_turn(conn, "A", loop=1)
     failed, _ = text(fail=True)
@@ -112,8 +118,9 @@ async def test_overlapping_turns_of_a_session_see_what_was_complete(llm, rk):
     check_history(llm, z, [a1, y, x])  # y ended first
 
 
-async def test_a_terse_session_keeps_the_models_answer(llm, rk):
-    k = await _kernel(rk, llm, "--terse")
+@pytest.mark.parametrize("api", APIS)
+async def test_a_terse_session_keeps_the_models_answer(llm, rk, api):
+    k = await _kernel(rk, llm, "--terse", api=api)
     conn = await k.connect()
     a1, _ = text(loop=1)
     assert (await conn.turn(a1, session="A")).text == "done"  # the client sees the kernel's word ...

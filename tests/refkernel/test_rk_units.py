@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from refkernel.llm import ToolCall, _Accumulator, _NaiveAccumulator
+from refkernel.convo import ToolCall
+from refkernel.dialects.chat import _Accumulator, _NaiveAccumulator
 from refkernel.procs import MediaWorker, Residents
 from refkernel.scheduler import Dedup
 from refkernel.settings import KernelSettings
