@@ -143,7 +143,7 @@ class SandboxState:
     def from_json(cls, path: Path, data: Any) -> "SandboxState":
         where = f"state file {path}"
         if not isinstance(data, dict):
-            raise UsageError(f"{where}: expected a JSON object as kstress launch writes it, got {type(data).__name__}; pass the state.json of a sandbox (--state)")
+            raise UsageError(f"{where}: a JSON {type(data).__name__}, not the object kstress launch writes; pass the state.json of a sandbox (--state)")
 
         def get(key: str, typ: type, required: bool = False, default: Any = None) -> Any:
             v = data.get(key)
