@@ -74,6 +74,8 @@ def _target_params() -> list[click.Parameter]:
         click.Option(["--mechanism"], type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True, help="Sandbox mechanism."),
         click.Option(["--tool-ms"], default=DEFAULT_TOOL_MS, show_default=True, type=int, help="Mock: base sleep of !slowbatch tools."),
         click.Option(["--mixed-ms"], default=DEFAULT_MIXED_MS, show_default=True, type=int, help="Mock: sleep of !mixed shell calls."),
+        click.Option(["--contract", "contract_pairs"], multiple=True, metavar="KEY=VALUE",
+                     help="The kernel's contract (repeatable; over the target file's [contract]): batch=whole-batch|barrier|parallel|serial, order=declared|any, dedup|interrupts|stats=true|false."),
     ]
 
 
@@ -110,7 +112,7 @@ def _with(params: Callable[[], list[click.Parameter]]):
     return deco
 
 
-def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms):
+def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs=()):
     from .launcher import LaunchSettings
     from .target import load_target, spec_from_flags
 
@@ -124,7 +126,7 @@ def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms
             spec = replace(spec, protocol=protocol)
     else:
         spec = spec_from_flags(bin_, tuple(args), tuple(extra), protocol)
-    return LaunchSettings(target=spec, mechanism=mechanism, tool_ms=tool_ms, mixed_ms=mixed_ms)
+    return LaunchSettings(target=spec, mechanism=mechanism, tool_ms=tool_ms, mixed_ms=mixed_ms, contract_pairs=tuple(contract_pairs))
 
 
 def run_edge(make: Callable[[], Awaitable[Any]]) -> Any:
@@ -141,7 +143,7 @@ def run_edge(make: Callable[[], Awaitable[Any]]) -> Any:
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the sandbox to be ready.")
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, timeout, extra) -> None:
+def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, timeout, extra) -> None:
     """Start the target and the mock in a private sandbox, detached; print
     `socket:` and `state:` lines. ARGS after `--` go to the target."""
     from .supervisor import start_detached
@@ -149,7 +151,7 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
 
     if not 0 < timeout <= 3600:
         raise UsageError(f"--timeout {timeout!r} is invalid: the seconds to wait for the sandbox, more than 0 and at most 3600")
-    launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)  # validate here, fail fast
+    launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs)  # validate here, fail fast
     argv = []
     if target_file is not None:
         argv += ["--target", str(target_file)]
@@ -159,6 +161,8 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
         argv += ["--arg", a]
     if protocol:
         argv += ["--protocol", protocol]
+    for c in contract_pairs:
+        argv += ["--contract", c]
     argv += ["--mechanism", mechanism, "--tool-ms", str(tool_ms), "--mixed-ms", str(mixed_ms), "--", *extra]
     state_path, state = start_detached(argv, timeout)
     click.echo(f"socket: {state['socket']}")
@@ -170,11 +174,11 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
 @cli.command("supervise", hidden=True)
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def supervise_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
+def supervise_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, extra) -> None:
     from .supervisor import supervise
 
     try:
-        settings = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
+        settings = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs)
     except KstressError as exc:
         click.echo(f"error {exc.exit_code} {exc}")
         sys.exit(exc.exit_code)
@@ -257,11 +261,12 @@ def kcli_shell(state, socket, token, protocol, connect_timeout, timeout) -> None
 # --- scenarios ----------------------------------------------------------------------
 
 
-def _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms):
+def _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs):
+    from .contract import OTHER, merged
     from .sut import Access
 
     if launch:
-        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
+        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs)
         if tools_file is not None:
             # the sandbox's mock plans with it, and the run judges with it
             from dataclasses import replace
@@ -275,10 +280,11 @@ def _access(launch, state, socket, token, tools_file, target_file, bin_, args, e
         raise UsageError("target options (--target/--bin/--arg/ARGS) need --launch; without it the running sandbox is used")
     if tools_file is not None and socket is None:
         raise UsageError("--tools needs --launch (the catalog of the sandbox's mock) or --socket (the catalog to judge by); a running sandbox has its own")
-    return Access(state=state, socket=socket, token=token, protocol=protocol, tool_ms=tool_ms, mixed_ms=mixed_ms, tools=tools_file)
+    merged(OTHER, None, contract_pairs)  # a bad --contract is an error before anything starts
+    return Access(state=state, socket=socket, token=token, protocol=protocol, tool_ms=tool_ms, mixed_ms=mixed_ms, tools=tools_file, contract_pairs=tuple(contract_pairs))
 
 
-_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "target_file", "bin_", "args", "extra", "protocol", "mechanism", "tool_ms", "mixed_ms")
+_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "target_file", "bin_", "args", "extra", "protocol", "mechanism", "tool_ms", "mixed_ms", "contract_pairs")
 _CLICK_TYPES = {int: int, float: float, str: str, Path: click.Path(path_type=Path)}
 
 
@@ -295,6 +301,8 @@ def _settings_params(settings_cls) -> tuple[list[click.Parameter], list[tuple[st
             params.append(click.Argument([dest], type=_CLICK_TYPES[flag.type], metavar=f.name.upper()))
         elif flag.type is bool:
             params.append(click.Option([flag.flag, dest], is_flag=True, help=flag.help))
+        elif flag.multiple:
+            params.append(click.Option([flag.flag, dest], type=_CLICK_TYPES[flag.type], multiple=True, help=flag.help))
         else:
             ctype = click.Choice(flag.choices) if flag.choices else _CLICK_TYPES[flag.type]
             default = flag.shown if flag.shown is not None else f.default

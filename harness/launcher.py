@@ -32,6 +32,7 @@ from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, MS_MAX
 
 from .aio import finish_shielded, grace, hurried
 from .client import ConnError, KernelClient
+from .contract import Contract
 from .errors import TargetError, UsageError
 from .protocol import load_protocol
 from .state import STATE_NAME, invoking_ids, pointer_path, state_home  # noqa: F401 - re-exported
@@ -103,13 +104,20 @@ class LaunchSettings:
     mock_ready_timeout_s: float = 20.0
     sandbox_grace_s: float = 3.0
     label: str = "run"
+    contract_pairs: tuple[str, ...] = ()  # --contract KEY=VALUE, over the target file's table
 
     def __post_init__(self) -> None:
+        self.contract  # a bad --contract fails here, before anything starts
         # the mock would refuse these too, but only after a sandbox was made:
         # a bad value is the user's, so it is an error before anything starts
         for flag, v in (("--tool-ms", self.tool_ms), ("--mixed-ms", self.mixed_ms)):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MS_MAX:
                 raise UsageError(f"{flag} {v!r} is invalid: the mock's tool sleeps are whole milliseconds from 1 to {MS_MAX}")
+
+
+    @property
+    def contract(self) -> Contract:
+        return self.target.contract_with(self.contract_pairs)
 
 
 @dataclass
@@ -341,6 +349,7 @@ class Launch:
             "mixed_ms": self.settings.mixed_ms,
             "tools": self.spec.tools,
             "results": str(self.results) if self.results else None,
+            "contract": self.settings.contract.to_json(),
             "label": self.label,
             "updated": time.time(),
             **extra,

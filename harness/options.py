@@ -28,6 +28,7 @@ class Flag:
     shown: str | None = None  # the default as text, when it differs from str(default)
     show_default: bool = True
     choices: tuple[str, ...] | None = None
+    multiple: bool = False  # repeatable; the field holds a tuple
 
     @property
     def negates(self) -> bool:
@@ -76,3 +77,7 @@ def check_timeouts(settings: Any) -> None:
     for flag, v in (("--timeout", getattr(settings, "timeout_s", None)), ("--connect-timeout", getattr(settings, "connect_timeout_s", None))):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.1 <= v <= 3600):
             raise UsageError(f"{flag} {v!r} is invalid: use 0.1 to 3600 seconds")
+
+
+def contract_opt() -> Any:
+    return opt((), "--contract", str, "The kernel's contract, KEY=VALUE, repeatable (docs/targets.md): batch=whole-batch|barrier|parallel|serial, order=declared|any, dedup/interrupts/stats=true|false.", multiple=True, show_default=False)

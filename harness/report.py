@@ -34,6 +34,9 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
         argv = " ".join(t.get("argv") or []) or t.get("socket") or ""
         sha = (t.get("bin_sha256") or "")[:16]
         out.append(f"- target {label}`{argv}`" + (f" (sha256 {sha}…)" if sha else "") + (f", sandbox {t.get('namespace')} ({t.get('mechanism')})" if t.get("namespace") else ""))
+        c = t.get("contract")
+        if isinstance(c, dict):
+            out.append(f"  - contract: " + " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in c.items()))
     if doc.get("error"):
         out.append(f"- **error:** {doc['error']}")
     for note in doc.get("notes") or ():
@@ -46,5 +49,7 @@ def checks_section(doc: dict[str, Any]) -> list[str]:
     out = ["## Checks", ""]
     for c in doc.get("checks", []):
         out.append(f"- {'PASS' if c['passed'] else 'FAIL'} {c['name']}" + (f" — {c['detail']}" if c.get("detail") else ""))
+    for sk in (doc.get("extras") or {}).get("skipped") or ():
+        out.append(f"- SKIPPED {sk.get('check')} — {sk.get('why')}")
     out.append("")
     return out

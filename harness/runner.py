@@ -185,7 +185,7 @@ class Run:
         """Judge one turn against the target's plan, write its row, count it.
         A turn that failed because the target or the mock just died is not
         load: the run ends (TargetDied / MockDied) instead."""
-        v = judge(turn, target.plan(turn.text))
+        v = judge(turn, target.plan(turn.text), contract=target.contract)
         if not v.passed:
             if turn.conn_kind in VANISHED or turn.outcome == "closed":
                 if await target.vanished():

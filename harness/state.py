@@ -19,6 +19,8 @@ from typing import Any
 from mock.catalog import DEFAULT_CATALOG, Catalog
 from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
 
+from .contract import Contract
+from .contract import from_json as contract_from_json
 from .errors import UsageError
 from .target import load_catalog_file, redact
 
@@ -120,6 +122,7 @@ class SandboxState:
     mixed_ms: int = DEFAULT_MIXED_MS
     tools: str | None = None  # the mock's tool catalog file, None for the default
     returncode: int | None = None
+    contract: Contract | None = None  # None: a state file from before contracts
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -184,6 +187,7 @@ class SandboxState:
             mixed_ms=get("mixed_ms", int, default=DEFAULT_MIXED_MS),
             tools=get("tools", str),
             returncode=get("returncode", int),
+            contract=contract_from_json(data.get("contract")),
             raw=dict(data),
         )
 

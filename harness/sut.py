@@ -30,6 +30,7 @@ from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, Plan, build_plan
 
 from .aio import finish_shielded, grace
 from .client import ConnError, KernelClient
+from .contract import OTHER, REFKERNEL, Contract, merged
 from .errors import KstressError, MockDied, TargetDied, TargetError, UsageError
 from .launcher import UNIX_PATH_MAX, Launch, LaunchSettings, tail
 from .protocol import FrameKind, Protocol, ProtocolError, load_protocol
@@ -88,6 +89,7 @@ class Access:
     tool_ms: int = DEFAULT_TOOL_MS
     mixed_ms: int = DEFAULT_MIXED_MS
     tools: Path | None = None  # catalog, for a bare socket
+    contract_pairs: tuple[str, ...] = ()  # --contract KEY=VALUE (a launch carries its own in LaunchSettings)
 
 
 class Target:
@@ -104,6 +106,7 @@ class Target:
         self.tool_ms = access.tool_ms
         self.mixed_ms = access.mixed_ms
         self.catalog: Catalog = DEFAULT_CATALOG
+        self.contract: Contract = REFKERNEL
         self.target_pid: int | None = None
         self.mock_log: Path | None = None
         self.mock_log_offset = 0
@@ -125,6 +128,7 @@ class Target:
         if a.launch is not None:
             spec = a.launch.target
             spec.check_binary()
+            self.contract = a.launch.contract
             self.protocol = load_protocol(spec.protocol)
             self.tool_ms, self.mixed_ms = a.launch.tool_ms, a.launch.mixed_ms
             if spec.tools:
@@ -135,6 +139,8 @@ class Target:
             if a.tools:
                 self.catalog = load_catalog_file(a.tools, "--tools")
             check_socket_path(a.socket)
+            # a bare socket: no knowing what kernel it is; it declares what it has
+            self.contract = merged(OTHER, None, a.contract_pairs)
             self.meta = {"name": "socket", "socket": self.socket, "launched": False}
         else:
             s = require_running(a.state).state
@@ -145,9 +151,12 @@ class Target:
             self.catalog = s.catalog()
             self.target_pid = s.target_pid
             self.mock_log = s.mock_log
+            base = s.contract or (REFKERNEL if s.target_name == "refkernel" else OTHER)
+            self.contract = merged(base, None, a.contract_pairs)
             self.meta = s.meta()
         if self.label:
             self.meta["label"] = self.label
+        self.meta["contract"] = self.contract.to_json()
         self._prepared = True
 
     async def preflight(self, connect_timeout_s: float = 5.0) -> None:
@@ -197,6 +206,7 @@ class Target:
             }
             if self.label:
                 self.meta["label"] = self.label
+            self.meta["contract"] = self.contract.to_json()
         elif self._sandbox is not None and self._sandbox.status == "target_died":
             raise TargetError(
                 f"the target in the running sandbox died (exit code {self._sandbox.returncode}); stop it with scripts/launch.sh stop"

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from mock.catalog import Catalog, load_catalog
 from mock.errors import ConfigError
 
+from .contract import OTHER, REFKERNEL, Contract, merged
 from .errors import UsageError
 
 PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "data_dir", "token", "run_dir", "config"})
@@ -96,6 +97,7 @@ class TargetSpec:
     protocol: str | None = None  # module:Class
     tools: str | None = None  # tool catalog file for the mock
     source: str = "flags"
+    contract: Mapping[str, Any] = field(default_factory=dict)  # the target file's [contract] table
 
     def __post_init__(self) -> None:
         where = f"target {self.source}"
@@ -118,6 +120,8 @@ class TargetSpec:
         if not 0 <= self.stop_grace_s <= 120:
             raise UsageError(f"{where}: stop_grace_s={self.stop_grace_s} is invalid; use 0 to 120")
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "contract", MappingProxyType(dict(self.contract)))
+        merged(OTHER, self.contract, where=where)  # a bad [contract] fails here, naming the file
         if not self.name:
             object.__setattr__(self, "name", Path(self.bin).name)
 
@@ -144,6 +148,20 @@ class TargetSpec:
 
     def render_env(self, values: Mapping[str, str]) -> dict[str, str]:
         return {k: render(v, values) for k, v in self.env.items()}
+
+    def base_contract(self) -> Contract:
+        """What a target is assumed to have before it declares anything: the
+        reference kernel all of its own rules, any other binary only what
+        every kernel has (no replay guard, interrupts or stats frame)."""
+        try:
+            ours = Path(self.bin).resolve() == Path(default_refkernel_bin()).resolve()
+        except UsageError:
+            ours = False
+        return REFKERNEL if ours else OTHER
+
+    def contract_with(self, pairs: tuple[str, ...] = ()) -> Contract:
+        """The declared contract: the base, the [contract] table, then --contract pairs."""
+        return merged(self.base_contract(), self.contract, pairs, where=f"target {self.source}")
 
     def with_args(self, *args: str) -> "TargetSpec":
         return replace(self, extra_args=self.extra_args + tuple(args))
@@ -193,6 +211,12 @@ def load_target(path: str | Path) -> TargetSpec:
     t = data.get("target")
     if not isinstance(t, dict):
         raise UsageError(f"target file {p}: it needs a [target] table (see docs/targets.md)")
+    extra_tables = set(data) - {"target", "contract"}
+    if extra_tables:
+        raise UsageError(f"target file {p}: unknown tables {sorted(extra_tables)}; a target file has [target] and [contract]")
+    contract = data.get("contract", {})
+    if not isinstance(contract, dict):
+        raise UsageError(f"target file {p}: contract must be a table ([contract]), see docs/targets.md")
     known = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args"}
     unknown = set(t) - known
     if unknown:
@@ -210,7 +234,7 @@ def load_target(path: str | Path) -> TargetSpec:
             return str((base / value).resolve())
         return value
 
-    kw: dict[str, Any] = {"source": str(p)}
+    kw: dict[str, Any] = {"source": str(p), "contract": contract}
     kw["bin"] = rel(t.get("bin"), "bin") or ""
     if "argv" in t:
         argv = t["argv"]

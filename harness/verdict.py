@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from mock.markers import Plan, parse_text_verdict, parse_timestamps, parse_verdict, peak_overlap
 
 from .client import Turn
+from .contract import REFKERNEL, Contract
 
 
 class TurnVerdict(NamedTuple):
@@ -37,6 +38,9 @@ class TurnVerdict(NamedTuple):
     error_code: str | None = None
     interrupt: bool = False
     scheduled_s: float | None = None  # latency from the scheduled send time (open model)
+    tool_sum_ms: float | None = None  # the timed tools' own durations, summed
+    concurrency: float | None = None  # tool_sum_ms / tool_span_ms: effective concurrency
+    stagger_ms: float | None = None  # last start - first start
 
     @property
     def failure(self) -> str | None:
@@ -58,25 +62,85 @@ class TurnVerdict(NamedTuple):
         return d
 
 
-def observed_overlap(reply: str, plan: Plan) -> tuple[int | None, float | None]:
-    """Peak number of timed tools running at once, and the span from the first
-    start to the last end in ms, from the KST-S/KST-E lines echoed in the reply.
-    None when any timed call's pair is missing (the tools did not all run)."""
-    timed = plan.timed_calls
-    if not timed:
-        return None, None
-    stamps = parse_timestamps(reply, plan.nonce)
-    intervals = []
-    for c in timed:
+def timed_intervals(stamps: dict[int, tuple[int | None, int | None]], plan: Plan) -> dict[int, tuple[int, int]]:
+    """(start, end) ns of every timed call by index; {} when any is missing."""
+    out = {}
+    for c in plan.timed_calls:
         s, e = stamps.get(c.index, (None, None))
         if s is None or e is None or e < s:
-            return None, None
-        intervals.append((s, e))
-    span = (max(e for _, e in intervals) - min(s for s, _ in intervals)) / 1e6
-    return peak_overlap(intervals), span
+            return {}
+        out[c.index] = (s, e)
+    return out
 
 
-def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False) -> TurnVerdict:
+def _at(iv: tuple[int, int], t0: int) -> str:
+    return f"+{(iv[0] - t0) / 1e6:.1f}–{(iv[1] - t0) / 1e6:.1f} ms"
+
+
+def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contract) -> tuple[dict[str, Any], list[str]]:
+    """The observed schedule of a batch against the contract's rule, from the
+    timestamps of its timed calls: the measurements, and each violation named
+    with the two calls and their times (ms from the first start)."""
+    if not intervals:
+        return {"overlap": None, "tool_span_ms": None}, []
+    starts = [s for s, _ in intervals.values()]
+    ends = [e for _, e in intervals.values()]
+    t0 = min(starts)
+    span = max(ends) - t0
+    busy = sum(e - s for s, e in intervals.values())
+    fields = {
+        "overlap": peak_overlap(intervals.values()),
+        "tool_span_ms": span / 1e6,
+        "tool_sum_ms": round(busy / 1e6, 3),
+        # effective concurrency: the tools' own time over the wall time they took
+        "concurrency": round(busy / span, 3) if span > 0 else None,
+        "stagger_ms": round((max(starts) - t0) / 1e6, 3),
+    }
+    rule = contract.batch
+    safe = tuple(c.parallel_safe for c in plan.calls)
+    failures: list[str] = []
+
+    def all_overlap(idx: list[int], why: str) -> None:
+        if len(idx) < 2:
+            return
+        late = max(idx, key=lambda i: intervals[i][0])
+        early_end = min(idx, key=lambda i: intervals[i][1])
+        if intervals[late][0] >= intervals[early_end][1]:
+            failures.append(
+                f"no_overlap (calls {early_end} and {late} never ran at once: {early_end} {_at(intervals[early_end], t0)}, "
+                f"{late} {_at(intervals[late], t0)}; contract batch={rule} {why})"
+            )
+
+    if contract.runs_serially(safe):
+        if fields["overlap"] > 1:
+            pair = next(((i, j) for i in intervals for j in intervals if i < j and intervals[i][0] < intervals[j][1] and intervals[j][0] < intervals[i][1]))
+            i, j = pair
+            failures.append(
+                f"overlap {fields['overlap']}>1 (calls {i} and {j} ran at once: {i} {_at(intervals[i], t0)}, {j} {_at(intervals[j], t0)}; "
+                f"contract batch={rule} runs this batch serially)"
+            )
+    elif rule == "barrier" and not all(safe):
+        barriers = [c.index for c in plan.calls if not c.parallel_safe]
+        for u in barriers:
+            before = [i for i in intervals if i < u]
+            after = [i for i in intervals if i > u]
+            if before and after:
+                last = max(before, key=lambda i: intervals[i][1])
+                first = min(after, key=lambda i: intervals[i][0])
+                if intervals[last][1] > intervals[first][0]:
+                    failures.append(
+                        f"barrier (call {last} ended at +{(intervals[last][1] - t0) / 1e6:.1f} ms, after call {first} started at "
+                        f"+{(intervals[first][0] - t0) / 1e6:.1f} ms: the unsafe call {u} must separate them)"
+                    )
+        edges = [-1, *barriers, len(plan.calls)]
+        for lo, hi in zip(edges, edges[1:]):
+            all_overlap([i for i in intervals if lo < i < hi], "runs the calls between barriers concurrently")
+    else:
+        all_overlap(list(intervals), "runs this batch concurrently")
+    return fields, failures
+
+
+def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: Contract = REFKERNEL) -> TurnVerdict:
     failures: list[str] = []
     fields: dict[str, Any] = {}
     reply = turn.reply
@@ -120,14 +184,13 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False) -> TurnVerd
                 failures.append("ids")
             if not line.args:
                 failures.append("args")
-            if not line.order:
+            if not line.order and contract.order == "declared":
                 failures.append("order")
             if line.errors != plan.expected_errors:
                 failures.append(f"errors {line.errors}/{plan.expected_errors}")
-            overlap, span = observed_overlap(reply, plan)
-            fields.update(overlap=overlap, tool_span_ms=span)
-            if overlap is not None and plan.serial_required and overlap > 1:
-                failures.append(f"overlap {overlap}>1 (a batch that must run serially ran concurrently)")
+            measured, broken = schedule(plan, timed_intervals(parse_timestamps(reply, plan.nonce), plan), contract)
+            fields.update(measured)
+            failures.extend(broken)
 
     return TurnVerdict(
         input_id=turn.input_id,

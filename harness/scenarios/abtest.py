@@ -14,14 +14,16 @@ STEP 0, so the bound is N).
 
 from __future__ import annotations
 
+import shlex
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from mock.markers import MS_MAX, build_plan
 
+from ..contract import Contract
 from ..errors import UsageError
 from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
 from ..report import checks_section, fmt_ms, fmt_num, header
@@ -33,6 +35,28 @@ from .common import check_batch_sizes, ints
 from .seq import Sequential
 
 MIN_VALID = 3
+BASELINES = ("auto", "kernel", "control", "sum")
+# a round whose tools all ran is a sample, even when their schedule broke the
+# contract (the turn fails by that name, and the speedup shows it)
+SCHEDULE_FAILURES = ("overlap", "barrier", "no_overlap")
+
+
+def resolve_baseline(baseline: str, contract: Contract) -> str:
+    """The baseline a run uses; one that does not fit the contract is refused
+    with the reason, never silently swapped."""
+    if baseline == "auto":
+        return "kernel" if contract.serial_control else "sum"
+    if baseline == "kernel" and not contract.serial_control:
+        raise UsageError(
+            f"--baseline kernel: the kernel's own serial control (!serialbatchN: N sleeps and one not-parallel-safe call) is serial only "
+            f"where the contract runs such a batch serially (batch=whole-batch or serial); this kernel declares batch={contract.batch}. "
+            "Use --baseline sum, or --baseline control --control-args ARGS (its own sequential switch)"
+        )
+    return baseline
+
+
+def _sample(r: dict[str, Any]) -> bool:
+    return r.get("tool_ms") is not None and all(f.split(" ", 1)[0] in SCHEDULE_FAILURES for f in r.get("failures") or ())
 
 
 @dataclass(frozen=True)
@@ -41,6 +65,10 @@ class AbtestSettings:
     rounds: int = opt(6, "--rounds", int, "Interleaved rounds per N.")
     tool_ms: int | None = opt(None, "--ab-tool-ms", int, "Sleep of each tool in the markers (default: the mock's --tool-ms).")
     expect_concurrency: bool = opt(True, "--no-expect-concurrency", bool, "Do not fail when a parallel-safe batch ran serially.")
+    baseline: str = opt("auto", "--baseline", str, "The serial time to compare with: kernel (its !serialbatchN control, where the contract makes it serial), "
+                        "control (the same binary launched again with --control-args), sum (the per-call durations of the same turn), "
+                        "auto (kernel where the contract allows it, else sum).", choices=BASELINES)
+    control_args: str | None = opt(None, "--control-args", str, "With --baseline control: the ARGS that make the binary sequential, e.g. '--sequential'.")
     timeout_s: float = opt(120.0, "--timeout", float, "Seconds one turn may take.")
     connect_timeout_s: float = connect_opt()
     out: Path = out_opt()
@@ -53,6 +81,15 @@ class AbtestSettings:
             raise UsageError(f"--rounds {self.rounds} is invalid: use {MIN_VALID} to 1000 (a median with a confidence interval needs at least {MIN_VALID} valid rounds per arm)")
         if self.tool_ms is not None and not 1 <= self.tool_ms <= MS_MAX:
             raise UsageError(f"--ab-tool-ms {self.tool_ms} is invalid: use 1 to {MS_MAX}")
+        if self.baseline not in BASELINES:
+            raise UsageError(f"--baseline {self.baseline!r} is unknown: use {', '.join(BASELINES)}")
+        if (self.baseline == "control") != (self.control_args is not None):
+            raise UsageError("--baseline control and --control-args go together: the control is the same binary launched with those ARGS (e.g. --control-args '--sequential')")
+        if self.control_args is not None:
+            try:
+                shlex.split(self.control_args)
+            except ValueError as exc:
+                raise UsageError(f"--control-args {self.control_args!r}: {exc}; close the quote") from None
 
     def effective_tool_ms(self, targets: Sequence[Target]) -> int:
         return self.tool_ms or targets[0].tool_ms
@@ -64,23 +101,34 @@ def markers_for(n: int, tool_ms: int) -> tuple[str, str]:
 
 
 def summarize_run(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
-    return summarize_abtest(rows, tuple(settings["ns"]), settings["rounds"], settings["tool_ms_effective"])
+    return summarize_abtest(rows, tuple(settings["ns"]), settings["rounds"], settings["tool_ms_effective"], settings.get("baseline_used") or "kernel")
 
 
-def summarize_abtest(rows: list[dict[str, Any]], ns: tuple[int, ...], rounds: int, tool_ms: int) -> dict[str, Any]:
+def summarize_abtest(rows: list[dict[str, Any]], ns: tuple[int, ...], rounds: int, tool_ms: int, baseline: str = "kernel") -> dict[str, Any]:
     table = []
     for n in ns:
         rs = [r for r in rows if r.get("kind") == "abtest" and r.get("n") == n]
         arms = {a: [r for r in rs if r.get("arm") == a] for a in ("concurrent", "serial")}
-        valid = {a: [r for r in arms[a] if r.get("passed") and r.get("tool_ms") is not None] for a in arms}
-        samples = {a: [r["tool_ms"] / 1000 for r in valid[a]] for a in arms}
+        valid = {a: [r for r in arms[a] if _sample(r)] for a in arms}
+        if baseline == "sum":
+            # no control run: the serial time is what the same turn's calls took one after another
+            # both from the tools' own timestamps: their summed durations over
+            # the span they took together (the effective concurrency; it
+            # leaves out the kernel's per-call overhead, which the kernel and
+            # control baselines include)
+            valid["serial"] = [r for r in valid["concurrent"] if r.get("tool_sum_ms") is not None and r.get("tool_span_ms")]
+            samples = {"concurrent": [r["tool_span_ms"] / 1000 for r in valid["serial"]], "serial": [r["tool_sum_ms"] / 1000 for r in valid["serial"]]}
+            arms["serial"] = arms["concurrent"]
+        else:
+            samples = {a: [r["tool_ms"] / 1000 for r in valid[a]] for a in arms}
         conc_ov = [r["overlap"] for r in valid["concurrent"] if r.get("overlap") is not None]
-        serial_ov_all = [r["overlap"] for r in arms["serial"] if r.get("overlap") is not None]
+        serial_ov_all = [r["overlap"] for r in arms["serial"] if r.get("overlap") is not None] if baseline != "sum" else []
         overlap_serial = max(serial_ov_all) if serial_ov_all else None
-        invalid = Counter(f"{r['arm']}: {r['failures'][0]}" for r in rs if not r.get("passed") and r.get("failures"))
+        invalid = Counter(f"{r['arm']}: {r['failures'][0]}" for r in rs if not _sample(r) and r.get("failures"))
         reasons = []
         if overlap_serial is not None and overlap_serial > 1:
-            reasons.append(f"serial control ran concurrently (observed overlap {overlap_serial}): speedup refused")
+            what = "the control run" if baseline == "control" else "serial control"
+            reasons.append(f"{what} ran concurrently (observed overlap {overlap_serial}): speedup refused")
         for a in arms:
             if len(samples[a]) < MIN_VALID:
                 reasons.append(f"only {len(samples[a])} valid {a} round(s) of {len(arms[a])}")
@@ -108,11 +156,20 @@ def summarize_abtest(rows: list[dict[str, Any]], ns: tuple[int, ...], rounds: in
                 + [f"serial: {w}" for w in stability_warnings(samples["serial"])],
             }
         )
-    return {"rows": table, "tool_ms": tool_ms, "rounds": rounds, "measure": "tool phase (tool_ms of the verdict line)"}
+    return {"rows": table, "tool_ms": tool_ms, "rounds": rounds, "measure": "tool phase (tool_ms of the verdict line)", "baseline": baseline,
+            "serial_from": BASELINE_TEXT[baseline]}
+
+
+BASELINE_TEXT = {
+    "kernel": "the kernel's own serial control, !serialbatchN (the same sleeps plus one not-parallel-safe call)",
+    "control": "the same binary launched a second time with --control-args, running !slowbatchN",
+    "sum": "the sum of the per-call durations measured in the same concurrent turn, over the span of those calls (no control run)",
+}
 
 
 def abtest_checks(summary: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
-    expect_concurrency = settings.get("expect_concurrency", True)
+    # a kernel declaring batch=serial runs every batch one call at a time: ~1x is its promise
+    expect_concurrency = settings.get("expect_concurrency", True) and settings.get("contract_batch") != "serial"
     checks = []
     for r in summary["rows"]:
         name = f"N={r['n']}: valid measurement"
@@ -133,28 +190,51 @@ def abtest_checks(summary: dict[str, Any], settings: dict[str, Any]) -> list[Che
 
 async def run_abtest(settings: AbtestSettings, access: Access) -> RunResult:
     target = Target(access)
+    target.prepare()
+    baseline = resolve_baseline(settings.baseline, target.contract)
+    targets = [target]
+    control: Target | None = None
+    if baseline == "control":
+        if access.launch is None:
+            raise UsageError("--baseline control launches the binary a second time: it needs --launch (and the target options)")
+        ls = access.launch
+        spec = replace(ls.target, extra_args=ls.target.extra_args + tuple(shlex.split(settings.control_args or "")), name=f"{ls.target.name} (control)")
+        # the control promises one call at a time: it is judged by that
+        control = Target(Access(launch=replace(ls, target=spec, contract_pairs=ls.contract_pairs + ("batch=serial",))), label="control")
+        targets.append(control)
 
     async def body(run: Run) -> None:
         tool_ms = settings.effective_tool_ms([target])
         seq = Sequential(run, target, settings.timeout_s, settings.connect_timeout_s)
+        ctl = Sequential(run, control, settings.timeout_s, settings.connect_timeout_s) if control is not None else None
         try:
             for n in settings.ns:
                 a, b = markers_for(n, tool_ms)
                 for rnd in range(settings.rounds):
-                    order = ((a, "concurrent"), (b, "serial"))
+                    if baseline == "sum":
+                        await seq.turn(a, kind="abtest", n=n, round=rnd, arm="concurrent")
+                        continue
+                    # ABBA: A B, B A, ... between the arms (for control: between the sandboxes)
+                    order = ((seq, a, "concurrent"), (ctl, a, "serial") if ctl is not None else (seq, b, "serial"))
                     if rnd % 2:
-                        order = order[::-1]  # ABBA
-                    for marker, arm in order:
-                        await seq.turn(marker, kind="abtest", n=n, round=rnd, arm=arm)
+                        order = order[::-1]
+                    for driver, marker, arm in order:
+                        await driver.turn(marker, kind="abtest", n=n, round=rnd, arm=arm)
         finally:
             await seq.aclose()
+            if ctl is not None:
+                await ctl.aclose()
 
-    return await run_scenario(SCENARIO, settings, [target], body, total=len(settings.ns) * settings.rounds * 2)
+    per_n = settings.rounds * (1 if baseline == "sum" else 2)
+    return await run_scenario(SCENARIO, settings, targets, body, total=len(settings.ns) * per_n)
 
 
 def _settings_json(s: AbtestSettings, targets: Sequence[Target]) -> dict[str, Any]:
     d = settings_json(s)
     d["tool_ms_effective"] = s.effective_tool_ms(targets)
+    contract = targets[0].contract if targets else None
+    d["baseline_used"] = resolve_baseline(s.baseline, contract) if contract is not None else None
+    d["contract_batch"] = contract.batch if contract is not None else None
     return d
 
 
@@ -162,7 +242,8 @@ def render_abtest(doc: dict[str, Any], s: dict[str, Any]) -> str:
     st = doc.get("settings", {})
     out = header(doc, "abtest")
     out += [
-        f"`!slowbatchN` (concurrent) vs `!serialbatchN` (serial control), {st.get('rounds')} interleaved rounds (ABBA), tools of {st.get('tool_ms_effective')} ms; "
+        f"`!slowbatchN` (concurrent) against {s.get('serial_from') or BASELINE_TEXT['kernel']} (baseline `{s.get('baseline', 'kernel')}`), "
+        f"{st.get('rounds')} rounds" + (" interleaved (ABBA)" if s.get("baseline") != "sum" else "") + f", tools of {st.get('tool_ms_effective')} ms; "
         "time = the kernel's tool phase (tool_ms of the verdict line); medians with 95% bootstrap intervals.",
         "",
         "| N | concurrent | serial | speedup [95% CI] | ideal | overlap conc. | overlap serial | valid |",

@@ -25,7 +25,7 @@ from mock.markers import DEFAULT_TOOL_MS, N_MAX
 from ..client import ConnError
 from ..errors import UsageError
 from ..launcher import LaunchSettings
-from ..options import arg, check_timeouts, connect_opt, opt, out_opt, quiet_opt
+from ..options import arg, check_timeouts, connect_opt, contract_opt, opt, out_opt, quiet_opt
 from ..report import checks_section, fmt_ms, fmt_num, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
@@ -61,6 +61,7 @@ class CmpSettings:
     timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
     connect_timeout_s: float = connect_opt()
     mechanism: str = opt("auto", "--mechanism", str, "Sandbox mechanism.", choices=("auto", "netns", "userns"))
+    contract: tuple[str, ...] = contract_opt()  # both versions
     out: Path = out_opt()
     quiet: bool = quiet_opt()
 
@@ -203,7 +204,8 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
     old_spec, new_spec = target_from_arg(settings.old), target_from_arg(settings.new)
     targets = {}
     for label, spec in (("old", old_spec), ("new", new_spec)):
-        targets[label] = Target(Access(launch=LaunchSettings(target=spec, mechanism=settings.mechanism, tool_ms=settings.tool_ms)), label=label)
+        ls = LaunchSettings(target=spec, mechanism=settings.mechanism, tool_ms=settings.tool_ms, contract_pairs=settings.contract)
+        targets[label] = Target(Access(launch=ls), label=label)
 
     async def body(run: Run) -> None:
         s = settings

@@ -257,7 +257,8 @@ class _Load:
         except ConnError as exc:
             return {"ok": False, "detail": f"could not connect: {exc}"}
         plan = self.target.plan(first.text)
-        v1, v2 = judge(first, plan), judge(second, plan, expect_duplicate=True)
+        c = self.target.contract
+        v1, v2 = judge(first, plan, contract=c), judge(second, plan, expect_duplicate=True, contract=c)
         for k, (turn, v) in enumerate(((first, v1), (second, v2))):
             row = v.to_json()
             row.update(kind="probe", conn=-2, seq=k, t_rel=round(turn.t_sent - self.t0, 4), duplicate=turn.duplicate)
@@ -337,17 +338,25 @@ def stress_checks(summary: dict[str, Any], settings: dict[str, Any] | None = Non
 
 async def run_stress(settings: StressSettings, access: Access) -> RunResult:
     target = Target(access)
+    target.prepare()
+    contract = target.contract
+    if settings.interrupts > 0 and not contract.interrupts:
+        raise UsageError(f"--interrupts {settings.interrupts:g}: the kernel's contract says interrupts=false; drop --interrupts, or declare --contract interrupts=true")
 
     async def body(run: Run) -> None:
         load = _Load(settings, target, run)
         extras = run.extras
+        skipped = extras.setdefault("skipped", [])
         stats_client: KernelClient | None = None
         sampler = None
         try:
-            try:
-                stats_client = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
-            except ConnError:
-                stats_client = None
+            if contract.stats:
+                try:
+                    stats_client = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
+                except ConnError:
+                    stats_client = None
+            else:
+                skipped.append({"check": "kernel counters (stats frame)", "why": "the contract says stats=false"})
             if target.target_pid is not None:
                 sampler = Sampler(target.target_pid, run.dir.resources_path, settings.sample_interval_s, stats_client.stats if stats_client else None)
                 if sampler.preflight() is None:
@@ -374,8 +383,12 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
                 extras["reconnects"] = load.reconnects
                 extras["capacity_errors"] = dict(load.capacity_errors)
             run.check_alive()
-            if settings.dedup_probe:
+            if settings.dedup_probe and contract.dedup:
                 extras["dedup_probe"] = await load.dedup_probe()
+            elif settings.dedup_probe:
+                skipped.append({"check": "replay guard drops an identical input", "why": "the contract says dedup=false (the kernel declares no replay guard)"})
+            if not skipped:
+                del extras["skipped"]
             if stats_client is not None:
                 try:
                     extras["kernel_stats"] = await stats_client.stats()

@@ -54,8 +54,9 @@ class Kernel:
     kernel: asyncio.subprocess.Process
     tool_ms: int
 
-    def access(self) -> Access:
-        return Access(socket=self.socket, token=self.token, tool_ms=self.tool_ms)
+    def access(self, *contract: str) -> Access:
+        # a bare socket declares its contract: this one is the reference kernel's
+        return Access(socket=self.socket, token=self.token, tool_ms=self.tool_ms, contract_pairs=("dedup=true", "interrupts=true", "stats=true", *contract))
 
 
 @contextlib.asynccontextmanager

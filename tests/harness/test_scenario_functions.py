@@ -84,12 +84,25 @@ def test_batch_mixed_serial_passes():
     assert "| `!slowbatch4` | 1 | 1 | 4 | 210.0 ms |" in text
 
 
-@pytest.mark.parametrize("overlap, detail", [(3, "!mixed4: overlap 3"), (None, "!mixed4: no timestamps (tools did not run)")])
+@pytest.mark.parametrize("overlap, detail", [(3, "!mixed4: overlap 3>1 (calls 0 and 1 ran at once)"), (None, "!mixed4: no timestamps (tools did not run)")])
 def test_batch_mixed_that_overlapped_or_never_ran_fails(overlap, detail):
-    s, checks, text = through("batch", [batch_row("mixed", 4, overlap)], settings_json(BatchSettings(ns=(4,))))
+    row = batch_row("mixed", 4, overlap)
+    if overlap:
+        row.update(passed=False, failures=["overlap 3>1 (calls 0 and 1 ran at once)"])
+    s, checks, text = through("batch", [row], settings_json(BatchSettings(ns=(4,))))
     c = checks["mixed batches ran serially (observed overlap 1)"]
     assert not c["passed"] and c["detail"] == detail
     assert "FAIL mixed batches ran serially" in text
+
+
+def test_batch_mixed_check_follows_the_contract():
+    row = batch_row("mixed", 4, 2)
+    _, checks, _ = through("batch", [row], settings_json(BatchSettings(ns=(4,))), {"contract": {"batch": "barrier"}})
+    assert checks["mixed batches ran as barriers (the unsafe call alone, between the others)"]["passed"]
+    row.update(passed=False, failures=["barrier (call 1 ended at +60.0 ms, after call 3 started at +10.0 ms: the unsafe call 2 must separate them)"])
+    _, checks, _ = through("batch", [row], settings_json(BatchSettings(ns=(4,))), {"contract": {"batch": "barrier"}})
+    c = checks["mixed batches ran as barriers (the unsafe call alone, between the others)"]
+    assert not c["passed"] and "the unsafe call 2 must separate them" in c["detail"]
 
 
 def test_batch_failures_are_counted_per_marker():
