@@ -62,6 +62,17 @@ class TurnVerdict(NamedTuple):
         return d
 
 
+# what the schedule check names: a turn failing only by these still ran every
+# tool -- its tool time is a sample of how the kernel schedules (abtest, cmp)
+SCHEDULE_FAILURES = ("overlap", "barrier", "no_overlap")
+
+
+def is_timing_sample(row: dict[str, Any]) -> bool:
+    """A turn row whose tool time measures the kernel: every tool ran and
+    answered correctly; only its schedule may have broken the contract."""
+    return row.get("tool_ms") is not None and all(f.split(" ", 1)[0] in SCHEDULE_FAILURES for f in row.get("failures") or ())
+
+
 def timed_intervals(stamps: dict[int, tuple[int | None, int | None]], plan: Plan) -> dict[int, tuple[int, int]]:
     """(start, end) ns of every timed call by index; {} when any is missing."""
     out = {}

@@ -31,14 +31,12 @@ from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..stats import bootstrap_median, bootstrap_ratio, stability_warnings
 from ..sut import Access, Target
+from ..verdict import is_timing_sample
 from .common import check_batch_sizes, ints
 from .seq import Sequential
 
 MIN_VALID = 3
 BASELINES = ("auto", "kernel", "control", "sum")
-# a round whose tools all ran is a sample, even when their schedule broke the
-# contract (the turn fails by that name, and the speedup shows it)
-SCHEDULE_FAILURES = ("overlap", "barrier", "no_overlap")
 
 
 def resolve_baseline(baseline: str, contract: Contract) -> str:
@@ -55,8 +53,9 @@ def resolve_baseline(baseline: str, contract: Contract) -> str:
     return baseline
 
 
-def _sample(r: dict[str, Any]) -> bool:
-    return r.get("tool_ms") is not None and all(f.split(" ", 1)[0] in SCHEDULE_FAILURES for f in r.get("failures") or ())
+# a round whose tools all ran is a sample, even when their schedule broke the
+# contract (the turn fails by that name, and the speedup shows it)
+_sample = is_timing_sample
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from ..report import checks_section, fmt_ms, fmt_pct, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
 from ..sut import Access, Target
+from ..verdict import SCHEDULE_FAILURES
 from .common import check_batch_sizes, ints
 from .seq import Sequential
 
 KINDS = ("batch", "mixed", "slowbatch")
-SCHEDULE_FAILURES = ("overlap", "barrier", "no_overlap")
 
 
 def _kinds(value: str) -> tuple[str, ...]:

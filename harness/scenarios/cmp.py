@@ -31,6 +31,7 @@ from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
 from ..stats import ALPHA, MIN_EFFECT, compare
 from ..sut import Access, Target
+from ..verdict import is_timing_sample
 from ..target import TargetSpec, load_target, spec_from_command
 from .seq import Sequential
 
@@ -90,7 +91,7 @@ def _dim_batch(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, Any]:
     samples, notes = {}, {}
     for v in ("old", "new"):
         rs = _values(rows, "batch", v)
-        ok = [r["tool_ms"] / 1000 for r in rs if r.get("passed") and r.get("tool_ms") is not None]
+        ok = [r["tool_ms"] / 1000 for r in rs if is_timing_sample(r)]
         processed = [r.get("got") or 0 for r in rs]
         samples[v] = ok
         out[f"{v}_processed"] = f"{sum(processed)}/{sum(r.get('expected') or s['n'] for r in rs)}"
@@ -113,7 +114,7 @@ def _dim_concurrency(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str,
             c, sr = arms.get("concurrent"), arms.get("serial")
             if sr is not None and sr.get("overlap") is not None and sr["overlap"] > 1:
                 serial_bad += 1
-            if c and sr and c.get("passed") and sr.get("passed") and c.get("tool_ms") and sr.get("tool_ms") is not None:
+            if c and sr and is_timing_sample(c) and is_timing_sample(sr) and c["tool_ms"]:
                 speedups.append(sr["tool_ms"] / c["tool_ms"])
         samples[v] = speedups
         out[f"{v}_errors"] = sum(1 for r in rs if r.get("outcome") == "error")
