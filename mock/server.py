@@ -33,15 +33,17 @@ from .markers import (
     QUIRK_DIALECTS,
     Call,
     Plan,
+    VerdictLine,
     build_plan,
     find_nonce,
     parse_marker,
+    parse_session_nonce,
     text_verdict,
 )
 from .script import Script
 from .store import CAPACITY as STORE_CAPACITY
 from .store import FIRST_BYTE, LAST_BYTE, QUERY_LIMIT, STATUS, Entry, VerdictStore
-from .verdict import check_history, verdict_text
+from .verdict import check_history, check_loop, check_session, verdict_text
 
 RECENT_CAPACITY = 1000
 HANG_LIMIT_S = MS_MAX / 1000
@@ -294,20 +296,19 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
     rec["marker"] = plan.marker
     entry = ex.attach(state.store.entry(plan.nonce), turn, dialect.name)
     entry.plan, entry.marker = plan.kind, plan.marker
+    history = _session_history(dialect, turn, plan.nonce, state, entry)
+    if history is not None:
+        rec["history"] = history
+
+    if plan.kind == "loop":
+        return await _loop(request, dialect, settings, state, ex, turn, model, plan, entry, history)
 
     if turn.followup:
         end = entry.get("tool_stream_end")
         tool_ms = None if end is None else int((ex.arrival - end) * 1000)
         sent, results = dialect.history(turn)
-        line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan))
-        entry.verdict = line
-        entry.verdicts = entry.get("verdicts", 0) + 1
-        rec["verdict"] = line.format()
-        rec["check"] = {
-            "expected": line.expected, "got": line.got, "ids": line.ids, "args": line.args, "order": line.order,
-            "errors": line.errors, "tool_ms": line.tool_ms, "all_ok": line.all_ok,
-        }  # fmt: skip
-        state.counters["verdicts_ok" if line.all_ok else "verdicts_bad"] += 1
+        line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan), history)
+        _record_verdict(state, entry, rec, line)
         state.plans[f"{plan.kind}:verdict"] += 1
         return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks, nonce=plan.nonce))
 
@@ -344,10 +345,111 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
                 headers = {"X-Kstress-Quirk-Skipped": f"{plan.quirk} applies to {', '.join(sorted(QUIRK_DIALECTS[plan.quirk]))}"}
         ex.tool_stream = True
     else:
-        reply = Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks, nonce=plan.nonce)
+        reply = Reply(text=text_reply(plan.nonce, history), pieces=settings.text_chunks, nonce=plan.nonce)
         entry.text_verdict = True
-        rec["text_verdict"] = text_verdict(plan.nonce)
+        rec["text_verdict"] = text_verdict(plan.nonce, history)
     return await _reply(request, dialect, settings, state, ex, turn, model, reply, headers)
+
+
+def _record_verdict(state: MockState, entry: Entry, rec: dict[str, Any], line: VerdictLine) -> None:
+    """A verdict reply's news: in the store entry, the log line and the counters."""
+    entry.verdict = line
+    entry.verdicts = entry.get("verdicts", 0) + 1
+    rec["verdict"] = line.format()
+    check = {
+        "expected": line.expected, "got": line.got, "ids": line.ids, "args": line.args, "order": line.order,
+        "errors": line.errors, "tool_ms": line.tool_ms, "all_ok": line.all_ok,
+    }  # fmt: skip
+    if line.loop is not None:
+        check.update(steps=line.steps, steps_total=line.steps_total, loop=line.loop)
+    if line.history is not None:
+        check["history"] = line.history
+    rec["check"] = check
+    state.counters["verdicts_ok" if line.all_ok else "verdicts_bad"] += 1
+
+
+def _session_history(dialect: Dialect, turn: Turn, nonce: str, state: MockState, entry: Entry) -> str | None:
+    """A session turn's history token (None: the nonce is no session nonce).
+    The entry keeps the turn's text as first seen, for later turns' checks,
+    and its first history problem (``history`` stays at the first one that
+    was not ok)."""
+    parts = parse_session_nonce(nonce)
+    if parts is None:
+        return None
+    if entry.get("user_text") is None:
+        entry.user_text = turn.user_text
+    store = state.store
+
+    def original(n: str) -> str | None:
+        e = store.get(n)
+        return None if e is None else e.get("user_text")
+
+    token = check_session(parts, dialect.earlier(turn), original)
+    if entry.get("history") in (None, "ok"):
+        entry.history = token
+    state.counters["history_ok" if token == "ok" else "history_bad"] += 1
+    return token
+
+
+async def _loop(
+    request: web.Request,
+    dialect: Dialect,
+    settings: MockSettings,
+    state: MockState,
+    ex: _Exchange,
+    turn: Turn,
+    model: str,
+    plan: Plan,
+    entry: Entry,
+    history: str | None,
+) -> web.StreamResponse:
+    """!loopK[:N[:MS]]: ask for the next step, or answer with the verdict.
+    Stateless: the step comes from the request's history (verdict.check_loop);
+    the store only keeps each step's tool time and the count of requests made
+    after a final answer."""
+    rec = ex.rec
+    exchanges, answered = dialect.exchanges(turn)
+    if not exchanges and not answered:
+        return await _loop_step(request, dialect, settings, state, ex, turn, model, plan, entry, 1)
+    check = check_loop(plan, exchanges, answered, settings.catalog, dialect.wire_ids(plan), dialect.item_ids(plan))
+    k_total = plan.steps
+    times = entry.get("step_tool_ms")
+    if times is None:
+        times = entry.step_tool_ms = [None] * k_total
+    if answered:
+        entry.past_final = entry.get("past_final", 0) + 1
+        rec["past_final"] = True
+        state.counters["past_final"] += 1
+    elif 1 <= check.step <= k_total and times[check.step - 1] is None:
+        end = entry.get("tool_stream_end")
+        times[check.step - 1] = None if end is None else int((ex.arrival - end) * 1000)
+    if check.next_step is not None:
+        return await _loop_step(request, dialect, settings, state, ex, turn, model, plan, entry, check.next_step)
+    tool_ms = times[min(check.step, k_total) - 1] if check.step >= 1 else None
+    line = check.line(plan, tool_ms, history)
+    _record_verdict(state, entry, rec, line)
+    state.plans["loop:verdict"] += 1
+    reply = Reply(text=verdict_text(line, check.echoes), pieces=settings.text_chunks, nonce=plan.nonce)
+    return await _reply(request, dialect, settings, state, ex, turn, model, reply)
+
+
+async def _loop_step(
+    request: web.Request,
+    dialect: Dialect,
+    settings: MockSettings,
+    state: MockState,
+    ex: _Exchange,
+    turn: Turn,
+    model: str,
+    plan: Plan,
+    entry: Entry,
+    step: int,
+) -> web.StreamResponse:
+    entry.loop_step = ex.rec["step"] = step
+    state.plans["loop:step"] += 1
+    ex.tool_stream = True
+    reply = Reply(calls=plan.step_calls(step), finish="tool_calls", nonce=plan.nonce)
+    return await _reply(request, dialect, settings, state, ex, turn, model, reply)
 
 
 async def _reply(
@@ -490,8 +592,8 @@ def _shape_for(dialect: Dialect, user_text: str, settings: MockSettings, state: 
     reply must be built the general way (no explicit nonce, a bad marker, a
     fault/hang/quirk marker, a nonce longer than 64)."""
     nonce = find_nonce(user_text)
-    if nonce is None:
-        return None
+    if nonce is None or ("_t" in nonce and parse_session_nonce(nonce) is not None):
+        return None  # a session turn's replies carry its history token
     try:
         marker = parse_marker(user_text)
     except MarkerError:

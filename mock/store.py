@@ -51,6 +51,11 @@ class Entry:
         "tool_stream_end",
         "records",
         "records_dropped",
+        "history",
+        "user_text",
+        "loop_step",
+        "step_tool_ms",
+        "past_final",
     )
 
     def __init__(self, nonce: str) -> None:
@@ -73,6 +78,11 @@ class Entry:
     hung: bool
     error: str | None
     tool_stream_end: float | None
+    history: str | None  # a session turn's: its first history problem, else "ok"
+    user_text: str | None  # a session turn's input as first seen (later turns compare)
+    loop_step: int | None  # a tool loop's: the last step the mock asked for
+    step_tool_ms: list[int | None]  # a tool loop's: each step's tool time, ms
+    past_final: int  # requests after a final answer (a tool loop run past it)
 
     def get(self, name: str, default: Any = None) -> Any:
         return getattr(self, name, default)
@@ -104,6 +114,11 @@ class Entry:
                 "tool_ms": v.tool_ms,
                 "all_ok": v.all_ok,
             }
+            # as in the log line's "check": a tool loop's and a session turn's fields only there
+            if v.loop is not None:
+                verdict.update(steps=v.steps, steps_total=v.steps_total, loop=v.loop)
+            if v.history is not None:
+                verdict["history"] = v.history
         return {
             "nonce": self.nonce,
             "plan": self.plan,
@@ -113,13 +128,17 @@ class Entry:
             "requests": self.requests,
             "verdict": verdict,
             "verdicts": get("verdicts", 0),
-            "text_verdict": text_verdict(self.nonce) if get("text_verdict") else None,
+            "text_verdict": text_verdict(self.nonce, get("history")) if get("text_verdict") else None,
             "fault": None if get("fault") is None else {"kind": self.fault, "injected": True},
             "hung": get("hung", False),
             "error": get("error"),
             "tool_stream_end": get("tool_stream_end"),
             "records": [dict(zip(RECORD_FIELDS, r)) for r in self.records],
             "records_dropped": self.records_dropped,
+            "history": get("history"),
+            "loop_step": get("loop_step"),
+            "step_tool_ms": get("step_tool_ms"),
+            "past_final": get("past_final", 0),
         }
 
 

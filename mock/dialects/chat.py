@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from .. import wire
 from ..markers import Plan
-from ..verdict import SentCall, ToolResult, chat_history, latest_user_index
+from ..verdict import Exchange, Said, SentCall, ToolResult, chat_earlier, chat_exchanges, chat_history, latest_user_index
 from ..wire import StreamTemplate
 from .base import BadRequest, Dialect, Reply, Turn, message_text, usage
 
@@ -50,6 +50,12 @@ class ChatDialect(Dialect):
 
     def history(self, turn: Turn) -> tuple[list[SentCall], list[ToolResult]]:
         return chat_history(turn.body["messages"], turn.user_at)
+
+    def exchanges(self, turn: Turn) -> tuple[list[Exchange], bool]:
+        return chat_exchanges(turn.body["messages"], turn.user_at)
+
+    def earlier(self, turn: Turn) -> list[Said]:
+        return chat_earlier(turn.body["messages"], turn.user_at)
 
     def prompt_chars(self, turn: Turn) -> int:
         return sum(len(message_text(m.get("content"))) for m in turn.body["messages"] if isinstance(m, dict))
