@@ -197,6 +197,18 @@ def _respond(state: MockState, ex: _Exchange, status: int, body: Any, headers: d
     return web.json_response(body, status=status, headers=headers)
 
 
+_TOO_DEEP = "the request body nests too deeply for the mock to read (arrays or objects inside each other, hundreds of levels); send a flatter request"
+
+
+def _bad_request(state: MockState, ex: _Exchange, dialect: Dialect, message: str, param: str | None = None) -> web.Response:
+    """HTTP 400 in the dialect's error form, naming the problem; the store and the log say why."""
+    state.counters["bad_requests"] += 1
+    ex.rec["error"] = message
+    if ex.entry is not None:
+        ex.entry.error = message
+    return _respond(state, ex, 400, dialect.error(400, message, param))
+
+
 def _route(dialect: Dialect):
     async def handler(request: web.Request) -> web.StreamResponse:
         return await _handle(request, dialect)
@@ -221,7 +233,14 @@ async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
     ex = _Exchange({"ts": int(time.time() * 1e6) / 1e6, "path": request.path, "dialect": dialect.name}, t0)
     status = 500
     try:
-        resp = await _serve(request, dialect, settings, state, ex)
+        try:
+            resp = await _serve(request, dialect, settings, state, ex)
+        except (BadRequest, RecursionError) as exc:
+            # a request found malformed past the first read (a history the
+            # checks cannot walk), always before any byte of a response
+            if ex.committed:
+                raise
+            resp = _bad_request(state, ex, dialect, exc.message if isinstance(exc, BadRequest) else _TOO_DEEP, getattr(exc, "param", None))
         status = resp.status
         return resp
     except asyncio.CancelledError:
@@ -249,12 +268,12 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         state.counters["bad_requests"] += 1
         msg = f"the request body is not valid JSON ({exc}); send a {dialect.name} request object"
         return _respond(state, ex, 400, dialect.error(400, msg))
+    except RecursionError:
+        return _bad_request(state, ex, dialect, _TOO_DEEP)
     try:
         turn = dialect.read(body)
     except BadRequest as exc:
-        state.counters["bad_requests"] += 1
-        rec["error"] = exc.message
-        return _respond(state, ex, 400, dialect.error(400, exc.message, exc.param))
+        return _bad_request(state, ex, dialect, exc.message, exc.param)
     model = turn.model or settings.model
     rec["stream"] = turn.stream
     rec["n_messages"] = turn.n_messages
@@ -698,6 +717,8 @@ async def mock_verdicts(request: web.Request) -> web.Response:
             body = json.loads(await request.read())
         except ValueError as exc:
             return _json_error(400, f"the body is not valid JSON ({exc}); send {{\"nonces\": [\"A\", ...]}}")
+        except RecursionError:
+            return _json_error(400, "the body nests too deeply to read; send {\"nonces\": [\"A\", ...]}")
         if not isinstance(body, dict) or not isinstance(body.get("nonces"), list):
             return _json_error(400, "the body must be a JSON object with a 'nonces' list: {\"nonces\": [\"A\", ...]}", param="nonces")
         nonces = body["nonces"]
