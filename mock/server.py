@@ -197,6 +197,7 @@ def _respond(state: MockState, ex: _Exchange, status: int, body: Any, headers: d
     return web.json_response(body, status=status, headers=headers)
 
 
+_decode = json.JSONDecoder().decode
 _TOO_DEEP = "the request body nests too deeply for the mock to read (arrays or objects inside each other, hundreds of levels); send a flatter request"
 
 
@@ -263,7 +264,12 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
     rec = ex.rec
     raw = await request.read()
     try:
-        body = json.loads(raw)
+        try:
+            # UTF-8 straight to the decoder: json.loads(bytes) first sniffs
+            # the encoding; any other body takes that path, for its message
+            body = _decode(raw.decode())
+        except ValueError:
+            body = json.loads(raw)
     except ValueError as exc:
         state.counters["bad_requests"] += 1
         msg = f"the request body is not valid JSON ({exc}); send a {dialect.name} request object"

@@ -125,3 +125,14 @@ def test_every_field_of_a_request_replaced_by_junk(mock_server, caplog, dialect:
                     assert reply.headers["content-type"].startswith("application/json"), (path, value)
     assert seen > 500
     _no_tracebacks(caplog)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32-le"])
+def test_bodies_in_other_json_encodings_are_read_as_before(mock_server, encoding: str) -> None:
+    """The body goes to the JSON decoder as UTF-8 first (the fast path); one
+    that is not plain UTF-8 is read as json.loads(bytes) reads it."""
+    body = json.dumps(first_body("chat", compose(None, f"enc{encoding.replace('-', '')}"), False)).encode(encoding)
+    reply = mock_server.request("POST", "/v1/chat/completions", body)
+    assert reply.status == 200 and "plan=text ok" in reply.json()["choices"][0]["message"]["content"]
+    bad = mock_server.request("POST", "/v1/chat/completions", b"\xff\xfe{")
+    _is_json_400(bad, "not valid JSON")
