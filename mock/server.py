@@ -105,6 +105,10 @@ class MockState:
     # (dialect, marker token, nonce length) -> _Shape, or None when it cannot be
     # templated; a pure function of the settings, so reset() keeps it
     shapes: dict[tuple[str, str | None, int], "_Shape | None"] = field(default_factory=dict)
+    # a tool loop's plan by its input's text: its K+1 requests plan once (a
+    # !loop64:64 plan is 4,096 calls); bounded by the calls held, oldest dropped
+    loop_plans: collections.OrderedDict[str, Plan] = field(default_factory=collections.OrderedDict)
+    loop_plan_calls: int = 0
 
     def reset(self) -> None:
         self.counters.clear()
@@ -307,7 +311,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         return await _scripted(request, dialect, settings, state, ex, turn, model)
 
     try:
-        plan = build_plan(turn.user_text, settings.catalog, settings.tool_ms, settings.mixed_ms)
+        plan = _plan(turn.user_text, settings, state)
     except MarkerError as exc:
         state.counters["bad_requests"] += 1
         rec["error"] = str(exc)
@@ -374,6 +378,25 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         entry.text_verdict = True
         rec["text_verdict"] = text_verdict(plan.nonce, history)
     return await _reply(request, dialect, settings, state, ex, turn, model, reply, headers)
+
+
+LOOP_PLAN_CALLS = 65_536
+
+
+def _plan(text: str, settings: MockSettings, state: MockState) -> Plan:
+    """build_plan, but a tool loop's plan is built once for all its requests."""
+    plans = state.loop_plans
+    plan = plans.get(text)
+    if plan is not None:
+        return plan
+    plan = build_plan(text, settings.catalog, settings.tool_ms, settings.mixed_ms)
+    if plan.kind == "loop" and len(plan.calls) <= LOOP_PLAN_CALLS:
+        plans[text] = plan
+        state.loop_plan_calls += len(plan.calls)
+        while state.loop_plan_calls > LOOP_PLAN_CALLS:
+            _, old = plans.popitem(last=False)
+            state.loop_plan_calls -= len(old.calls)
+    return plan
 
 
 def _record_verdict(state: MockState, entry: Entry, rec: dict[str, Any], line: VerdictLine) -> None:

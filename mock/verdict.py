@@ -24,6 +24,7 @@ means the same on every wire. :func:`check` is the chat-completions reader.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -103,6 +104,14 @@ class ToolResult:
     call_id: Any
     content: str
     is_error: bool = False  # the kernel marked it failed (Anthropic is_error)
+
+
+@functools.lru_cache(maxsize=8192)
+def _planned_arguments(arguments: str) -> Any:
+    """A planned call's arguments parsed, memoised: a tool loop's request
+    carries every earlier step again, and the plan's strings are the same
+    each time. Only ever compared, never changed."""
+    return json.loads(arguments)
 
 
 def json_arguments(value: Any) -> Any:
@@ -335,6 +344,9 @@ def check_loop(
     kernel asks again after a final answer)."""
     planned = wire_ids if wire_ids is not None else {c.id: c for c in plan.calls}
     k_total = plan.steps
+    by_step: dict[int, dict[str, Call]] = {}
+    for wid, c in planned.items():
+        by_step.setdefault(c.step, {})[wid] = c
 
     def step_of(x: Exchange) -> int | None:
         for i in [c.id for c in x.sent] + [r.call_id for r in x.results]:
@@ -344,6 +356,22 @@ def check_loop(
 
     tags = [step_of(x) for x in exchanges]
     step = max([t for t in tags if t is not None] + [len(exchanges)])
+
+    # every result judged once: the tally of the line, and a step's results_bad
+    got = 0
+    errors = 0
+    bad: list[int] = []
+    echoes = []
+    for x in exchanges:
+        n_bad = 0
+        for r in x.results:
+            got += 1
+            call = planned.get(r.call_id) if isinstance(r.call_id, str) else None
+            if r.is_error or (catalog.is_error(r.content) if call is None else not _result_ok(call, r.content, catalog, plan.nonce)):
+                n_bad += 1
+            echoes.append((str(r.call_id), r.content))
+        errors += n_bad
+        bad.append(n_bad)
 
     problem: str | None = None
     bad_step: int | None = None
@@ -359,7 +387,7 @@ def check_loop(
             else:
                 problem = "ids_reused"  # it carries an earlier step's ids
         else:
-            problem = _step_problem(k, x, plan, planned, item_ids, earlier, catalog)
+            problem = _step_problem(k, x, planned, by_step.get(k, {}), item_ids, earlier, bad[k - 1])
         if problem is not None:
             bad_step = k
             break
@@ -373,16 +401,6 @@ def check_loop(
         elif step < k_total:
             next_step = step + 1
 
-    got = 0
-    errors = 0
-    echoes = []
-    for x in exchanges:
-        for r in x.results:
-            got += 1
-            call = planned.get(r.call_id) if isinstance(r.call_id, str) else None
-            if r.is_error or (catalog.is_error(r.content) if call is None else not _result_ok(call, r.content, catalog, plan.nonce)):
-                errors += 1
-            echoes.append((str(r.call_id), r.content))
     if problem is None:
         done = k_total if next_step is None else step
     elif problem == "past":
@@ -395,14 +413,14 @@ def check_loop(
 def _step_problem(
     k: int,
     x: Exchange,
-    plan: Plan,
     planned: Mapping[str, Call],
+    want: Mapping[str, Call],
     item_ids: Mapping[str, str] | None,
     earlier: set[str],
-    catalog: Catalog,
+    n_bad: int,
 ) -> str | None:
-    """The first thing wrong with step ``k``'s exchange, or None."""
-    want = {wid: c for wid, c in planned.items() if c.step == k}
+    """The first thing wrong with step ``k``'s exchange (``want``: its
+    planned calls by wire id; ``n_bad``: its results that failed), or None."""
     n = len(want)
     if not x.sent:
         return "calls_missing"
@@ -418,7 +436,7 @@ def _step_problem(
         return "calls_missing"
     for c in x.sent:
         w = want[c.id]
-        if c.name != w.name or c.arguments is BAD_ARGS or c.arguments != json.loads(w.arguments):
+        if c.name != w.name or c.arguments is BAD_ARGS or c.arguments != _planned_arguments(w.arguments):
             return "args"
     result_keys = [r.call_id if isinstance(r.call_id, str) else repr(r.call_id) for r in x.results]
     sent_set = set(keys)
@@ -432,9 +450,8 @@ def _step_problem(
     positions = [want[i].index for i in result_keys]
     if any(a >= b for a, b in zip(positions, positions[1:])):
         return "results_order"
-    for r in x.results:
-        if r.is_error or not _result_ok(want[r.call_id], r.content, catalog, plan.nonce):
-            return "results_bad"
+    if n_bad:
+        return "results_bad"
     return None
 
 
