@@ -203,15 +203,37 @@ def load_catalog(path: str | Path) -> Catalog:
         raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"tool catalog {p}: cannot read it ({exc.strerror}); pass an existing file to --tools") from None
+    kind = "JSON" if p.suffix == ".json" else "TOML"
     try:
         if p.suffix == ".json":
             data = json.loads(raw)
         else:
             data = tomllib.loads(raw.decode())
     except (ValueError, UnicodeDecodeError) as exc:
-        kind = "JSON" if p.suffix == ".json" else "TOML"
         raise ConfigError(f"tool catalog {p}: not valid {kind} ({exc}); fix the syntax") from None
+    except RecursionError:
+        raise ConfigError(f"tool catalog {p}: its {kind} nests too deeply to read; a catalog is a few tables deep") from None
     return catalog_from_mapping(data, source=str(p))
+
+
+MAX_DEPTH = 32  # levels of arrays and objects in a role's arguments
+
+
+def _depth(value: Any) -> int:
+    """Nesting levels of arrays/objects, without recursion (the value may be deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            if d > MAX_DEPTH:
+                return d
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a table", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
 def catalog_from_mapping(data: Any, source: str = "<mapping>") -> Catalog:
@@ -223,11 +245,17 @@ def catalog_from_mapping(data: Any, source: str = "<mapping>") -> Catalog:
             f"tool catalog {source}: unknown keys {sorted(unknown)}; allowed: roles, error_pattern"
         )
     roles = dict(DEFAULT_CATALOG.roles)
-    for role, spec in (data.get("roles") or {}).items():
+    given = data.get("roles", {})
+    if not isinstance(given, dict):
+        raise ConfigError(
+            f"tool catalog {source}: roles is {_kind(given)} ({given!r:.40}); it must be a table of role -> "
+            "{name, arguments, ...}, e.g. [roles.fast] name = \"lookup\" (see docs/catalog.md)"
+        )
+    for role, spec in given.items():
         if role not in ROLES:
             raise ConfigError(f"tool catalog {source}: unknown role {role!r}; roles are {list(ROLES)}")
         if not isinstance(spec, dict):
-            raise ConfigError(f"tool catalog {source}: roles.{role} must be a table/object")
+            raise ConfigError(f"tool catalog {source}: roles.{role} must be a table/object of name, arguments, ..., not {_kind(spec)}")
         base = DEFAULT_CATALOG.roles[role]
         extra = set(spec) - {"name", "arguments", "parallel_safe", "expect", "expect_error"}
         if extra:
@@ -247,8 +275,12 @@ def catalog_from_mapping(data: Any, source: str = "<mapping>") -> Catalog:
                 args = json.loads(args)
             except ValueError as exc:
                 raise ConfigError(f"tool catalog {source}: roles.{role}.arguments is not JSON ({exc})") from None
+            except RecursionError:
+                raise ConfigError(f"tool catalog {source}: roles.{role}.arguments nests more than {MAX_DEPTH} levels deep; flatten it") from None
         if not isinstance(args, dict):
-            raise ConfigError(f"tool catalog {source}: roles.{role}.arguments must be a JSON object")
+            raise ConfigError(f"tool catalog {source}: roles.{role}.arguments must be a JSON object, not {_kind(args)}")
+        if _depth(args) > MAX_DEPTH:
+            raise ConfigError(f"tool catalog {source}: roles.{role}.arguments nests more than {MAX_DEPTH} levels deep; flatten it")
         if role == "slow" and "{sleep_cmd}" not in json.dumps(args) and "KST-S" not in json.dumps(args):
             raise ConfigError(
                 f"tool catalog {source}: roles.slow.arguments must contain {{sleep_cmd}} (or print the "
@@ -257,14 +289,14 @@ def catalog_from_mapping(data: Any, source: str = "<mapping>") -> Catalog:
         expect = spec.get("expect", list(base.expect))
         if not isinstance(expect, list) or not all(isinstance(s, str) for s in expect):
             raise ConfigError(f"tool catalog {source}: roles.{role}.expect must be a list of strings")
-        roles[role] = ToolRole(
-            role=role,
-            name=name,
-            arguments=args,
-            parallel_safe=bool(spec.get("parallel_safe", base.parallel_safe)),
-            expect=tuple(expect),
-            expect_error=bool(spec.get("expect_error", base.expect_error)),
-        )
+        flags = {}
+        for key in ("parallel_safe", "expect_error"):
+            flag = spec.get(key, getattr(base, key))
+            if not isinstance(flag, bool):
+                # "false" is a true value: a string here would silently mean the opposite
+                raise ConfigError(f"tool catalog {source}: roles.{role}.{key} is {_kind(flag)} ({flag!r:.40}); write true or false")
+            flags[key] = flag
+        roles[role] = ToolRole(role=role, name=name, arguments=args, expect=tuple(expect), **flags)
     pattern = data.get("error_pattern", DEFAULT_ERROR_PATTERN)
     if not isinstance(pattern, str):
         raise ConfigError(f"tool catalog {source}: error_pattern must be a string")

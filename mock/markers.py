@@ -28,6 +28,8 @@ MS_MAX = 600_000
 DEFAULT_TOOL_MS = 200
 DEFAULT_MIXED_MS = 50
 DEFAULT_QUIRK_N = 3
+DEFAULT_LOOP_N = 1
+DEFAULT_LOOP_MS = 20
 
 ERR_KINDS = ("500", "429", "503", "midstream", "disconnect", "malformed")
 
@@ -94,9 +96,13 @@ def quirks_for(dialect: str) -> tuple[str, ...]:
 # call_<nonce>_<i>; the others follow their API's convention (Anthropic tool_use
 # ids toolu_..., Responses function_call items fc_... with call_id call_...).
 # The nonce and the index stay readable from every form (parse_call_id).
+#
+# A tool loop's calls carry their step: call_<nonce>_s<step>c<i>. The suffix
+# after the nonce holds no "_", so the nonce is everything up to the last "_"
+# of any mock-made id, whatever "_" the nonce itself holds.
 ID_PREFIXES = {"chat": "call_", "anthropic": "toolu_", "responses": "call_"}
 ITEM_PREFIX = "fc_"
-_CALL_ID_RE = re.compile(r"^(?:call|toolu|fc)_(?P<nonce>[A-Za-z0-9_-]+)_(?P<i>\d+)$")
+_CALL_ID_RE = re.compile(r"^(?:call|toolu|fc)_(?P<nonce>[A-Za-z0-9_-]+)_(?:s(?P<step>\d+)c)?(?P<i>\d+)$")
 
 
 def wire_id(call_id: str, dialect: str) -> str:
@@ -112,9 +118,50 @@ def item_id(call_id: str) -> str:
 
 
 def parse_call_id(wire: str) -> tuple[str, int] | None:
-    """(nonce, index) of a mock-made id in any dialect's form, or None."""
+    """(nonce, index) of a mock-made id in any dialect's form, or None. For a
+    tool loop's id the index is the call's place within its step."""
     m = _CALL_ID_RE.match(wire) if isinstance(wire, str) else None
     return (m.group("nonce"), int(m.group("i"))) if m else None
+
+
+def parse_call_step(wire: str) -> tuple[str, int, int] | None:
+    """(nonce, step, index) of a mock-made id, or None: step 1..K for a tool
+    loop's call (``call_<nonce>_s<step>c<i>``), 0 for any other plan's."""
+    m = _CALL_ID_RE.match(wire) if isinstance(wire, str) else None
+    if not m:
+        return None
+    step = m.group("step")
+    return m.group("nonce"), int(step) if step else 0, int(m.group("i"))
+
+
+def loop_call_id(nonce: str, step: int, i: int) -> str:
+    """The plan's id (chat form) of call ``i`` of step ``step`` of a tool loop."""
+    return f"call_{nonce}_s{step}c{i}"
+
+
+# --- sessions: the nonce of a session's turn ------------------------------------------
+
+SESSION_PART = re.compile(r"[A-Za-z0-9]+")
+SESSION_TURN_MAX = 999_999_999
+_SESSION_NONCE_RE = re.compile(r"([A-Za-z0-9]+)_s([A-Za-z0-9]+)_t([1-9][0-9]{0,8})")
+
+
+def session_nonce(run: str, session: str, turn: int) -> str:
+    """The nonce of turn ``turn`` (from 1) of session ``session`` of run ``run``:
+    ``<run>_s<session>_t<turn>``. The mock reads it back (parse_session_nonce)
+    and checks that the request carries exactly turns 1..turn-1 of that session."""
+    for name, part in (("run", run), ("session", session)):
+        if not isinstance(part, str) or not SESSION_PART.fullmatch(part):
+            raise ValueError(f"session nonce: {name} {part!r} must match [A-Za-z0-9]+ (no '_' or '-')")
+    if isinstance(turn, bool) or not isinstance(turn, int) or not 1 <= turn <= SESSION_TURN_MAX:
+        raise ValueError(f"session nonce: turn {turn!r} must be a whole number from 1 to {SESSION_TURN_MAX}")
+    return f"{run}_s{session}_t{turn}"
+
+
+def parse_session_nonce(nonce: str) -> tuple[str, str, int] | None:
+    """(run, session, turn) of a nonce made by session_nonce, or None."""
+    m = _SESSION_NONCE_RE.fullmatch(nonce) if isinstance(nonce, str) else None
+    return (m.group(1), m.group(2), int(m.group(3))) if m else None
 
 
 # name -> (takes a count, max number of ":" arguments)
@@ -130,19 +177,27 @@ MARKERS: dict[str, tuple[bool, int]] = {
     "err": (False, 1),
     "hang": (False, 1),
     "quirk": (False, 2),
+    "loop": (True, 2),
 }
 
 _MARKER_RE = re.compile(r"(?<!\S)!([A-Za-z]+)(\d*)((?::[^\s:]*)*)(?=\s|$)")
 _NONCE_RE = re.compile(r"(?<!\S)#([A-Za-z0-9_-]+)(?=\s|$)")
 NONCE_CHARS = re.compile(r"[A-Za-z0-9_-]+")
 
+# Tool loops (steps, loop) and session turns (history) add fields at the end,
+# in this order; a line without them is the line of before.
 VERDICT_RE = re.compile(
     r"^KST nonce=(?P<nonce>\S+) plan=(?P<plan>\S+) expected=(?P<expected>\d+) got=(?P<got>\d+) "
     r"ids=(?P<ids>ok|bad) args=(?P<args>ok|bad) order=(?P<order>ok|bad) errors=(?P<errors>\d+) "
-    r"tool_ms=(?P<tool_ms>-?\d+|na)$",
+    r"tool_ms=(?P<tool_ms>-?\d+|na)"
+    r"(?: steps=(?P<steps>\d+)/(?P<steps_total>\d+))?(?: loop=(?P<loop>\S+))?(?: history=(?P<history>\S+))?$",
     re.M,
 )
-TEXT_VERDICT_RE = re.compile(r"^KST nonce=(?P<nonce>\S+) plan=text ok$", re.M)
+# a text reply that passed: no session, or a session turn whose history is ok
+TEXT_VERDICT_RE = re.compile(r"^KST nonce=(?P<nonce>\S+) plan=text ok(?: history=ok)?$", re.M)
+# every text verdict line: ok, or bad with the history problem that failed it
+TEXT_LINE_RE = re.compile(r"^KST nonce=(?P<nonce>\S+) plan=text (?P<ok>ok|bad)(?: history=(?P<history>\S+))?$", re.M)
+HISTORY_RE = re.compile(r"^KST nonce=\S+ plan=\S+ .*?\bhistory=(?P<history>\S+)$", re.M)
 TIMESTAMP_RE = re.compile(r"^KST-(?P<edge>[SE]) (?P<nonce>[A-Za-z0-9_-]+) (?P<i>\d+) (?P<ns>\d+)\s*$", re.M)
 
 
@@ -167,13 +222,26 @@ class Call:
     sleep_ms: int | None = None
     expect: tuple[str, ...] = ()
     expect_error: bool = False
+    # the tool step of the turn the call belongs to: 1 for every call of a
+    # one-batch plan, 1..K for a tool loop's (!loopK)
+    step: int = 1
+    # a tool loop's call: its number in the whole turn, (step-1)*N + index.
+    # What its {i} placeholder and its KST-S/KST-E lines carry (see stamp).
+    seq: int | None = None
+
+    @property
+    def stamp(self) -> int:
+        """The index the call's KST-S/KST-E lines (and its ``{i}`` placeholder)
+        carry: ``index`` for a batch's call, ``seq`` for a tool loop's, so that
+        the lines of every step of a loop stay apart (parse_timestamps)."""
+        return self.index if self.seq is None else self.seq
 
 
 @dataclass(frozen=True)
 class Plan:
     """What the mock replies to one user message, and what a correct turn shows."""
 
-    kind: str  # text | batch | mixed | slowbatch | serialbatch | img | ocr | resident | notify | err | hang | quirk
+    kind: str  # text | batch | mixed | slowbatch | serialbatch | img | ocr | resident | notify | err | hang | quirk | loop
     nonce: str
     calls: tuple[Call, ...] = ()
     err: str | None = None
@@ -186,9 +254,35 @@ class Plan:
         return bool(self.calls)
 
     @property
+    def steps(self) -> int:
+        """Tool steps a correct turn goes through: 0 without tools, 1 for a
+        batch, K for a tool loop (!loopK: K requests that end with tool
+        results, the last one answered with the verdict)."""
+        if not self.calls:
+            return 0
+        return self.calls[-1].step if self.kind == "loop" else 1
+
+    @property
+    def calls_per_step(self) -> int:
+        """Calls of each step: N for !loopK:N, every call for a batch."""
+        if self.kind != "loop":
+            return len(self.calls)
+        return len(self.calls) // self.calls[-1].step if self.calls else 0
+
+    def step_calls(self, step: int) -> tuple[Call, ...]:
+        """The calls the mock asks for at ``step`` (from 1), in declared order;
+        step 1 of a batch is all its calls; () outside 1..steps."""
+        if self.kind != "loop":
+            return self.calls if step == 1 else ()
+        n = self.calls_per_step
+        if not 1 <= step <= self.steps:
+            return ()
+        return self.calls[(step - 1) * n : step * n]
+
+    @property
     def serial_required(self) -> bool:
-        """The tool batch rule: one call, or any non-parallel-safe call -> serial."""
-        return len(self.calls) == 1 or any(not c.parallel_safe for c in self.calls)
+        """The tool batch rule, per step: one call, or any non-parallel-safe call -> serial."""
+        return self.calls_per_step == 1 or any(not c.parallel_safe for c in self.calls)
 
     @property
     def expected_errors(self) -> int:
@@ -205,7 +299,10 @@ class Plan:
 
     @property
     def concurrent_ms(self) -> int:
-        """Longest sleep: the tool phase's duration when all run at once."""
+        """Longest sleep: the tool phase's duration when all run at once (a
+        tool loop: the longest of each step, summed, as steps run one after another)."""
+        if self.kind == "loop":
+            return sum(max((c.sleep_ms or 0 for c in self.step_calls(s)), default=0) for s in range(1, self.steps + 1))
         return max((c.sleep_ms or 0 for c in self.calls), default=0)
 
     @property
@@ -247,8 +344,9 @@ def _marker(token: str, name: str, raw_count: str, raw_args: str) -> Marker:
     takes_count, max_args = MARKERS[name]
     count: int | None = int(raw_count) if raw_count else None
     args = tuple(raw_args.split(":")[1:])
+    letter = "K" if name == "loop" else "N"
     if takes_count and count is None:
-        raise MarkerError(f"marker {token!r} needs a count: !{name}N with N from {N_MIN} to {N_MAX}, e.g. !{name}4")
+        raise MarkerError(f"marker {token!r} needs a count: !{name}{letter} with {letter} from {N_MIN} to {N_MAX}, e.g. !{name}4")
     if not takes_count and count is not None:
         raise MarkerError(f"marker {token!r} takes no count; write !{name}")
     if len(args) > max_args:
@@ -259,7 +357,7 @@ def _marker(token: str, name: str, raw_count: str, raw_args: str) -> Marker:
     if any(a == "" for a in args):
         raise MarkerError(f"marker {token!r} has an empty ':' argument")
     if count is not None and not N_MIN <= count <= N_MAX:
-        raise MarkerError(f"marker {token!r}: count {count} is out of range; N must be from {N_MIN} to {N_MAX}")
+        raise MarkerError(f"marker {token!r}: count {count} is out of range; {letter} must be from {N_MIN} to {N_MAX}")
     return Marker(name=name, count=count, args=args, token=token)
 
 
@@ -370,7 +468,51 @@ def build_plan(
             n = int(raw)
         plan_kw["quirk"] = quirk
         calls = [call(i, "fast") for i in range(n)]
+    elif name == "loop":
+        calls = _loop_calls(marker, nonce, roles["slow"])
     return Plan(kind=name, nonce=nonce, calls=tuple(calls), marker=marker.token, **plan_kw)
+
+
+def _loop_calls(marker: Marker, nonce: str, role) -> list[Call]:
+    """!loopK[:N[:MS]]: K steps of N slow calls sleeping MS each."""
+    k = marker.count or 0
+    n, ms = DEFAULT_LOOP_N, DEFAULT_LOOP_MS
+    if marker.args:
+        raw = marker.args[0]
+        if not raw.isdigit() or not N_MIN <= int(raw) <= N_MAX:
+            raise MarkerError(
+                f"marker {marker.token!r}: calls per step {raw!r} must be a whole number from {N_MIN} to {N_MAX}; "
+                f"write !loopK[:N[:MS]], e.g. !loop{k}:2"
+            )
+        n = int(raw)
+    if len(marker.args) > 1:
+        raw = marker.args[1]
+        if not raw.isdigit() or not 1 <= int(raw) <= MS_MAX:
+            raise MarkerError(
+                f"marker {marker.token!r}: duration {raw!r} must be whole milliseconds from 1 to {MS_MAX}; "
+                f"write !loopK[:N[:MS]], e.g. !loop{k}:{n}:20"
+            )
+        ms = int(raw)
+    calls = []
+    for step in range(1, k + 1):
+        for i in range(n):
+            seq = (step - 1) * n + i
+            calls.append(
+                Call(
+                    i,
+                    loop_call_id(nonce, step, i),
+                    role.name,
+                    role.render_safe(nonce, seq, ms),
+                    "slow",
+                    role.parallel_safe,
+                    ms,
+                    role.expected_substrings(nonce, seq),
+                    role.expect_error,
+                    step,
+                    seq,
+                )
+            )
+    return calls
 
 
 def compose(marker: str | None, nonce: str, prefix: str = "kstress") -> str:
@@ -396,26 +538,51 @@ class VerdictLine:
     order: bool
     errors: int
     tool_ms: int | None
+    # a tool loop's: steps the kernel completed / steps planned, and the loop token
+    steps: int | None = None
+    steps_total: int | None = None
+    loop: str | None = None
+    # a session turn's: the history token (history_ok, parse_history_token)
+    history: str | None = None
 
     def format(self) -> str:
         tool_ms = "na" if self.tool_ms is None else str(self.tool_ms)
-        return (
+        line = (
             f"KST nonce={self.nonce} plan={self.plan} expected={self.expected} got={self.got} "
             f"ids={_ok(self.ids)} args={_ok(self.args)} order={_ok(self.order)} errors={self.errors} "
             f"tool_ms={tool_ms}"
         )
+        if self.steps is not None:
+            line += f" steps={self.steps}/{self.steps_total}"
+        if self.loop is not None:
+            line += f" loop={self.loop}"
+        if self.history is not None:
+            line += f" history={self.history}"
+        return line
 
     @property
     def all_ok(self) -> bool:
-        return self.got == self.expected and self.ids and self.args and self.order
+        """Every call ran as planned: got = expected, ids, args, order ok, and
+        a tool loop's token ok. ``errors`` and ``history`` are apart: some plans
+        expect errors, and a kernel without sessions shows missing:t1 by design."""
+        return self.got == self.expected and self.ids and self.args and self.order and self.loop in (None, "ok")
+
+    @property
+    def history_ok(self) -> bool:
+        """No history problem: not a session turn, or history=ok."""
+        return self.history in (None, "ok")
 
 
 def _ok(flag: bool) -> str:
     return "ok" if flag else "bad"
 
 
-def text_verdict(nonce: str) -> str:
-    return f"KST nonce={nonce} plan=text ok"
+def text_verdict(nonce: str, history: str | None = None) -> str:
+    """The last line of a text reply. A session turn's carries its history
+    token, and says ``bad`` when the history is not ok."""
+    if history is None:
+        return f"KST nonce={nonce} plan=text ok"
+    return f"KST nonce={nonce} plan=text {'ok' if history == 'ok' else 'bad'} history={history}"
 
 
 def parse_verdict(text: str) -> VerdictLine | None:
@@ -434,13 +601,100 @@ def parse_verdict(text: str) -> VerdictLine | None:
         order=g["order"] == "ok",
         errors=int(g["errors"]),
         tool_ms=None if g["tool_ms"] == "na" else int(g["tool_ms"]),
+        steps=None if g["steps"] is None else int(g["steps"]),
+        steps_total=None if g["steps_total"] is None else int(g["steps_total"]),
+        loop=g["loop"],
+        history=g["history"],
     )
 
 
 def parse_text_verdict(text: str) -> str | None:
-    """The nonce of a `plan=text ok` line, or None."""
+    """The nonce of a text verdict line that passed (`plan=text ok`, with
+    `history=ok` on a session turn), or None: a session turn whose history is
+    not ok has no passing line (parse_text_line reads it)."""
     m = TEXT_VERDICT_RE.search(text)
     return m.group("nonce") if m else None
+
+
+@dataclass(frozen=True)
+class TextVerdict:
+    nonce: str
+    ok: bool
+    history: str | None  # None: not a session turn
+
+    def format(self) -> str:
+        return text_verdict(self.nonce, self.history)
+
+
+def parse_text_line(text: str) -> TextVerdict | None:
+    """The first text verdict line of a reply, passed or not, or None."""
+    m = TEXT_LINE_RE.search(text)
+    return TextVerdict(m.group("nonce"), m.group("ok") == "ok", m.group("history")) if m else None
+
+
+def parse_history(text: str) -> str | None:
+    """The history token of the first KST verdict line (tool or text) that
+    has one, or None: no session turn's verdict in the text."""
+    m = HISTORY_RE.search(text)
+    return m.group("history") if m else None
+
+
+# --- the tokens of tool loops and session turns ----------------------------------
+
+# loop=ok | loop=past | loop=s<k>:<problem>
+LOOP_PROBLEMS = (
+    "missing",  # step k's exchange is not in the history
+    "steps_order",  # step k's exchange is in the history, not in its place
+    "calls_missing",  # the assistant message of step k's calls is absent, or lists fewer calls
+    "ids",  # step k's calls or results carry ids the mock did not give step k
+    "ids_reused",  # step k carries the ids of an earlier step
+    "args",  # a call of step k has another name or other arguments
+    "results_missing",  # fewer results than calls in step k
+    "results_extra",  # more results than calls (a call answered twice)
+    "results_order",  # step k's results not in declared order
+    "results_bad",  # a result of step k reports failure or lacks its own KST-S/KST-E lines
+)
+_LOOP_TOKEN_RE = re.compile(r"ok|past|s([1-9][0-9]*):(" + "|".join(LOOP_PROBLEMS) + ")")
+
+
+def loop_token(step: int | None, problem: str | None) -> str:
+    """``ok``, or ``s<step>:<problem>`` for the first step that went wrong."""
+    if problem is None:
+        return "ok"
+    if problem == "past":
+        return "past"
+    if problem not in LOOP_PROBLEMS:
+        raise ValueError(f"unknown loop problem {problem!r}; problems: {', '.join(LOOP_PROBLEMS)}")
+    return f"s{step}:{problem}"
+
+
+def parse_loop_token(token: str) -> tuple[int | None, str] | None:
+    """(step, problem) of a loop token: (None, "ok"), (None, "past"), (2,
+    "results_missing"); None when it is not one."""
+    m = _LOOP_TOKEN_RE.fullmatch(token) if isinstance(token, str) else None
+    if not m:
+        return None
+    if m.group(1) is None:
+        return None, token
+    return int(m.group(1)), m.group(2)
+
+
+# history=ok | foreign:<nonce> | extra:t<k> | missing:t<k> | order | exchange:t<k> | altered:t<k>
+HISTORY_PROBLEMS = ("foreign", "extra", "missing", "order", "exchange", "altered")
+_HISTORY_TOKEN_RE = re.compile(r"ok|order|foreign:([A-Za-z0-9_-]+)|(extra|missing|exchange|altered):t([1-9][0-9]*)")
+
+
+def parse_history_token(token: str) -> tuple[str, str | int | None] | None:
+    """(problem, detail) of a history token: ("ok", None), ("order", None),
+    ("foreign", "<nonce>"), ("missing", 2) ...; None when it is not one."""
+    m = _HISTORY_TOKEN_RE.fullmatch(token) if isinstance(token, str) else None
+    if not m:
+        return None
+    if m.group(1) is not None:
+        return "foreign", m.group(1)
+    if m.group(2) is not None:
+        return m.group(2), int(m.group(3))
+    return token, None
 
 
 def parse_timestamps(text: str, nonce: str) -> dict[int, tuple[int | None, int | None]]:

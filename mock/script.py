@@ -60,24 +60,38 @@ def _entry(raw: Any, where: str) -> ScriptReply:
             raise ConfigError(f"{where}: tool_calls must be a non-empty list")
         calls = []
         for k, c in enumerate(value):
-            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-                raise ConfigError(f"{where}: tool_calls[{k}] needs a string name")
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not c["name"]:
+                raise ConfigError(f"{where}: tool_calls[{k}] needs a string name, not empty")
+            unknown = sorted(set(c) - {"name", "arguments"})
+            if unknown:
+                raise ConfigError(f"{where}: tool_calls[{k}] has unknown keys {unknown}; allowed: name, arguments")
             args = c.get("arguments", {})
             if isinstance(args, str):
                 try:
-                    json.loads(args)
+                    parsed = json.loads(args)
                 except ValueError:
                     raise ConfigError(f"{where}: tool_calls[{k}].arguments is a string but not JSON") from None
             else:
-                args = json.dumps(args)
+                parsed, args = args, json.dumps(args)
+            if not isinstance(parsed, dict):
+                # every dialect carries a call's arguments as an object (Anthropic's input is one)
+                raise ConfigError(f"{where}: tool_calls[{k}].arguments must be a JSON object (or a string holding one), not {type(parsed).__name__}")
             calls.append((c["name"], args))
         return ScriptReply("tools", calls=tuple(calls))
     if key == "error":
-        if isinstance(value, int):
+        if isinstance(value, int) and not isinstance(value, bool):
             value = {"status": value}
-        if not isinstance(value, dict) or value.get("status") not in ERROR_STATUSES:
-            raise ConfigError(f"{where}: error needs a status among {ERROR_STATUSES}")
-        return ScriptReply("error", status=value["status"], message=str(value.get("message", "scripted error")))
+        status = value.get("status") if isinstance(value, dict) else None
+        # type(): 500.0 and True compare equal to statuses, and are none
+        if type(status) is not int or status not in ERROR_STATUSES:
+            raise ConfigError(f"{where}: error needs a status among {ERROR_STATUSES}, a whole number")
+        unknown = sorted(set(value) - {"status", "message"})
+        if unknown:
+            raise ConfigError(f"{where}: error has unknown keys {unknown}; allowed: status, message")
+        message = value.get("message", "scripted error")
+        if not isinstance(message, str):
+            raise ConfigError(f"{where}: error.message must be a string")
+        return ScriptReply("error", status=status, message=message)
     raise ConfigError(f"{where}: unknown entry kind {key!r}; use text, tool_calls or error")
 
 
@@ -99,4 +113,6 @@ def load_script(path: str | Path) -> Script:
             where = [f"script {p} line {n}" for n, _ in lines]
     except ValueError as exc:
         raise ConfigError(f"script {p}: not valid JSON or JSONL ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"script {p}: its JSON nests too deeply to read; an entry is a few objects deep") from None
     return Script([_entry(e, w) for e, w in zip(entries, where)], source=str(p))

@@ -33,15 +33,17 @@ from .markers import (
     QUIRK_DIALECTS,
     Call,
     Plan,
+    VerdictLine,
     build_plan,
     find_nonce,
     parse_marker,
+    parse_session_nonce,
     text_verdict,
 )
 from .script import Script
 from .store import CAPACITY as STORE_CAPACITY
 from .store import FIRST_BYTE, LAST_BYTE, QUERY_LIMIT, STATUS, Entry, VerdictStore
-from .verdict import check_history, verdict_text
+from .verdict import check_history, check_loop, check_session, verdict_text
 
 RECENT_CAPACITY = 1000
 HANG_LIMIT_S = MS_MAX / 1000
@@ -103,6 +105,10 @@ class MockState:
     # (dialect, marker token, nonce length) -> _Shape, or None when it cannot be
     # templated; a pure function of the settings, so reset() keeps it
     shapes: dict[tuple[str, str | None, int], "_Shape | None"] = field(default_factory=dict)
+    # a tool loop's plan by its input's text: its K+1 requests plan once (a
+    # !loop64:64 plan is 4,096 calls); bounded by the calls held, oldest dropped
+    loop_plans: collections.OrderedDict[str, Plan] = field(default_factory=collections.OrderedDict)
+    loop_plan_calls: int = 0
 
     def reset(self) -> None:
         self.counters.clear()
@@ -195,6 +201,19 @@ def _respond(state: MockState, ex: _Exchange, status: int, body: Any, headers: d
     return web.json_response(body, status=status, headers=headers)
 
 
+_decode = json.JSONDecoder().decode
+_TOO_DEEP = "the request body nests too deeply for the mock to read (arrays or objects inside each other, hundreds of levels); send a flatter request"
+
+
+def _bad_request(state: MockState, ex: _Exchange, dialect: Dialect, message: str, param: str | None = None) -> web.Response:
+    """HTTP 400 in the dialect's error form, naming the problem; the store and the log say why."""
+    state.counters["bad_requests"] += 1
+    ex.rec["error"] = message
+    if ex.entry is not None:
+        ex.entry.error = message
+    return _respond(state, ex, 400, dialect.error(400, message, param))
+
+
 def _route(dialect: Dialect):
     async def handler(request: web.Request) -> web.StreamResponse:
         return await _handle(request, dialect)
@@ -219,7 +238,14 @@ async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
     ex = _Exchange({"ts": int(time.time() * 1e6) / 1e6, "path": request.path, "dialect": dialect.name}, t0)
     status = 500
     try:
-        resp = await _serve(request, dialect, settings, state, ex)
+        try:
+            resp = await _serve(request, dialect, settings, state, ex)
+        except (BadRequest, RecursionError) as exc:
+            # a request found malformed past the first read (a history the
+            # checks cannot walk), always before any byte of a response
+            if ex.committed:
+                raise
+            resp = _bad_request(state, ex, dialect, exc.message if isinstance(exc, BadRequest) else _TOO_DEEP, getattr(exc, "param", None))
         status = resp.status
         return resp
     except asyncio.CancelledError:
@@ -242,17 +268,22 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
     rec = ex.rec
     raw = await request.read()
     try:
-        body = json.loads(raw)
+        try:
+            # UTF-8 straight to the decoder: json.loads(bytes) first sniffs
+            # the encoding; any other body takes that path, for its message
+            body = _decode(raw.decode())
+        except ValueError:
+            body = json.loads(raw)
     except ValueError as exc:
         state.counters["bad_requests"] += 1
         msg = f"the request body is not valid JSON ({exc}); send a {dialect.name} request object"
         return _respond(state, ex, 400, dialect.error(400, msg))
+    except RecursionError:
+        return _bad_request(state, ex, dialect, _TOO_DEEP)
     try:
         turn = dialect.read(body)
     except BadRequest as exc:
-        state.counters["bad_requests"] += 1
-        rec["error"] = exc.message
-        return _respond(state, ex, 400, dialect.error(400, exc.message, exc.param))
+        return _bad_request(state, ex, dialect, exc.message, exc.param)
     model = turn.model or settings.model
     rec["stream"] = turn.stream
     rec["n_messages"] = turn.n_messages
@@ -280,7 +311,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         return await _scripted(request, dialect, settings, state, ex, turn, model)
 
     try:
-        plan = build_plan(turn.user_text, settings.catalog, settings.tool_ms, settings.mixed_ms)
+        plan = _plan(turn.user_text, settings, state)
     except MarkerError as exc:
         state.counters["bad_requests"] += 1
         rec["error"] = str(exc)
@@ -294,20 +325,19 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
     rec["marker"] = plan.marker
     entry = ex.attach(state.store.entry(plan.nonce), turn, dialect.name)
     entry.plan, entry.marker = plan.kind, plan.marker
+    history = _session_history(dialect, turn, plan.nonce, state, entry)
+    if history is not None:
+        rec["history"] = history
+
+    if plan.kind == "loop":
+        return await _loop(request, dialect, settings, state, ex, turn, model, plan, entry, history)
 
     if turn.followup:
         end = entry.get("tool_stream_end")
         tool_ms = None if end is None else int((ex.arrival - end) * 1000)
         sent, results = dialect.history(turn)
-        line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan))
-        entry.verdict = line
-        entry.verdicts = entry.get("verdicts", 0) + 1
-        rec["verdict"] = line.format()
-        rec["check"] = {
-            "expected": line.expected, "got": line.got, "ids": line.ids, "args": line.args, "order": line.order,
-            "errors": line.errors, "tool_ms": line.tool_ms, "all_ok": line.all_ok,
-        }  # fmt: skip
-        state.counters["verdicts_ok" if line.all_ok else "verdicts_bad"] += 1
+        line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan), history)
+        _record_verdict(state, entry, rec, line)
         state.plans[f"{plan.kind}:verdict"] += 1
         return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks, nonce=plan.nonce))
 
@@ -344,10 +374,130 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
                 headers = {"X-Kstress-Quirk-Skipped": f"{plan.quirk} applies to {', '.join(sorted(QUIRK_DIALECTS[plan.quirk]))}"}
         ex.tool_stream = True
     else:
-        reply = Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks, nonce=plan.nonce)
+        reply = Reply(text=text_reply(plan.nonce, history), pieces=settings.text_chunks, nonce=plan.nonce)
         entry.text_verdict = True
-        rec["text_verdict"] = text_verdict(plan.nonce)
+        rec["text_verdict"] = text_verdict(plan.nonce, history)
     return await _reply(request, dialect, settings, state, ex, turn, model, reply, headers)
+
+
+LOOP_PLAN_CALLS = 65_536
+
+
+def _plan(text: str, settings: MockSettings, state: MockState) -> Plan:
+    """build_plan, but a tool loop's plan is built once for all its requests."""
+    plans = state.loop_plans
+    plan = plans.get(text)
+    if plan is not None:
+        return plan
+    plan = build_plan(text, settings.catalog, settings.tool_ms, settings.mixed_ms)
+    if plan.kind == "loop" and len(plan.calls) <= LOOP_PLAN_CALLS:
+        plans[text] = plan
+        state.loop_plan_calls += len(plan.calls)
+        while state.loop_plan_calls > LOOP_PLAN_CALLS:
+            _, old = plans.popitem(last=False)
+            state.loop_plan_calls -= len(old.calls)
+    return plan
+
+
+def _record_verdict(state: MockState, entry: Entry, rec: dict[str, Any], line: VerdictLine) -> None:
+    """A verdict reply's news: in the store entry, the log line and the counters."""
+    entry.verdict = line
+    entry.verdicts = entry.get("verdicts", 0) + 1
+    rec["verdict"] = line.format()
+    check = {
+        "expected": line.expected, "got": line.got, "ids": line.ids, "args": line.args, "order": line.order,
+        "errors": line.errors, "tool_ms": line.tool_ms, "all_ok": line.all_ok,
+    }  # fmt: skip
+    if line.loop is not None:
+        check.update(steps=line.steps, steps_total=line.steps_total, loop=line.loop)
+    if line.history is not None:
+        check["history"] = line.history
+    rec["check"] = check
+    state.counters["verdicts_ok" if line.all_ok else "verdicts_bad"] += 1
+
+
+def _session_history(dialect: Dialect, turn: Turn, nonce: str, state: MockState, entry: Entry) -> str | None:
+    """A session turn's history token (None: the nonce is no session nonce).
+    The entry keeps the turn's text as first seen, for later turns' checks,
+    and its first history problem (``history`` stays at the first one that
+    was not ok)."""
+    parts = parse_session_nonce(nonce)
+    if parts is None:
+        return None
+    if entry.get("user_text") is None:
+        entry.user_text = turn.user_text
+    store = state.store
+
+    def original(n: str) -> str | None:
+        e = store.get(n)
+        return None if e is None else e.get("user_text")
+
+    token = check_session(parts, dialect.earlier(turn), original)
+    if entry.get("history") in (None, "ok"):
+        entry.history = token
+    state.counters["history_ok" if token == "ok" else "history_bad"] += 1
+    return token
+
+
+async def _loop(
+    request: web.Request,
+    dialect: Dialect,
+    settings: MockSettings,
+    state: MockState,
+    ex: _Exchange,
+    turn: Turn,
+    model: str,
+    plan: Plan,
+    entry: Entry,
+    history: str | None,
+) -> web.StreamResponse:
+    """!loopK[:N[:MS]]: ask for the next step, or answer with the verdict.
+    Stateless: the step comes from the request's history (verdict.check_loop);
+    the store only keeps each step's tool time and the count of requests made
+    after a final answer."""
+    rec = ex.rec
+    exchanges, answered = dialect.exchanges(turn)
+    if not exchanges and not answered:
+        return await _loop_step(request, dialect, settings, state, ex, turn, model, plan, entry, 1)
+    check = check_loop(plan, exchanges, answered, settings.catalog, dialect.wire_ids(plan), dialect.item_ids(plan))
+    k_total = plan.steps
+    times = entry.get("step_tool_ms")
+    if times is None:
+        times = entry.step_tool_ms = [None] * k_total
+    if answered:
+        entry.past_final = entry.get("past_final", 0) + 1
+        rec["past_final"] = True
+        state.counters["past_final"] += 1
+    elif 1 <= check.step <= k_total and times[check.step - 1] is None:
+        end = entry.get("tool_stream_end")
+        times[check.step - 1] = None if end is None else int((ex.arrival - end) * 1000)
+    if check.next_step is not None:
+        return await _loop_step(request, dialect, settings, state, ex, turn, model, plan, entry, check.next_step)
+    tool_ms = times[min(check.step, k_total) - 1] if check.step >= 1 else None
+    line = check.line(plan, tool_ms, history)
+    _record_verdict(state, entry, rec, line)
+    state.plans["loop:verdict"] += 1
+    reply = Reply(text=verdict_text(line, check.echoes), pieces=settings.text_chunks, nonce=plan.nonce)
+    return await _reply(request, dialect, settings, state, ex, turn, model, reply)
+
+
+async def _loop_step(
+    request: web.Request,
+    dialect: Dialect,
+    settings: MockSettings,
+    state: MockState,
+    ex: _Exchange,
+    turn: Turn,
+    model: str,
+    plan: Plan,
+    entry: Entry,
+    step: int,
+) -> web.StreamResponse:
+    entry.loop_step = ex.rec["step"] = step
+    state.plans["loop:step"] += 1
+    ex.tool_stream = True
+    reply = Reply(calls=plan.step_calls(step), finish="tool_calls", nonce=plan.nonce)
+    return await _reply(request, dialect, settings, state, ex, turn, model, reply)
 
 
 async def _reply(
@@ -490,8 +640,8 @@ def _shape_for(dialect: Dialect, user_text: str, settings: MockSettings, state: 
     reply must be built the general way (no explicit nonce, a bad marker, a
     fault/hang/quirk marker, a nonce longer than 64)."""
     nonce = find_nonce(user_text)
-    if nonce is None:
-        return None
+    if nonce is None or ("_t" in nonce and parse_session_nonce(nonce) is not None):
+        return None  # a session turn's replies carry its history token
     try:
         marker = parse_marker(user_text)
     except MarkerError:
@@ -596,6 +746,8 @@ async def mock_verdicts(request: web.Request) -> web.Response:
             body = json.loads(await request.read())
         except ValueError as exc:
             return _json_error(400, f"the body is not valid JSON ({exc}); send {{\"nonces\": [\"A\", ...]}}")
+        except RecursionError:
+            return _json_error(400, "the body nests too deeply to read; send {\"nonces\": [\"A\", ...]}")
         if not isinstance(body, dict) or not isinstance(body.get("nonces"), list):
             return _json_error(400, "the body must be a JSON object with a 'nonces' list: {\"nonces\": [\"A\", ...]}", param="nonces")
         nonces = body["nonces"]

@@ -32,30 +32,49 @@ RECORD_FIELDS = ("arrival", "first_byte", "last_byte", "status", "followup", "di
 ARRIVAL, FIRST_BYTE, LAST_BYTE, STATUS, FOLLOWUP, DIALECT, STREAM = range(len(RECORD_FIELDS))
 
 
+def _rare(name: str) -> property:
+    """An Entry attribute kept in its ``_more`` dict: AttributeError until set, as a slot."""
+
+    def fget(self: "Entry") -> Any:
+        try:
+            return self._more[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def fset(self: "Entry", value: Any) -> None:
+        try:
+            more = self._more
+        except AttributeError:
+            more = self._more = {}
+        more[name] = value
+
+    return property(fget, fset)
+
+
 class Entry:
     """What the mock knows about one nonce."""
 
+    # Only what most entries carry has a slot; the rarer news (a quirk, a fault,
+    # a hang, a refusal, a session turn's or a tool loop's fields) lives in one
+    # dict made on first use: 65,536 entries are held, and every slot costs
+    # each of them 8 bytes whether set or not.
     __slots__ = (
         "nonce",
         "plan",
         "marker",
-        "quirk",
-        "quirk_applied",
         "requests",
         "verdict",
         "verdicts",
         "text_verdict",
-        "fault",
-        "hung",
-        "error",
         "tool_stream_end",
         "records",
         "records_dropped",
+        "_more",
     )
 
     def __init__(self, nonce: str) -> None:
         # only what every entry needs; the news slots are set when there is news
-        # (read through _get): an entry is made per request on the hot path
+        # (read through get): an entry is made per request on the hot path
         self.nonce = nonce
         self.plan: str | None = None
         self.marker: str | None = None
@@ -64,15 +83,23 @@ class Entry:
         self.records_dropped = 0
 
     # the news slots, unset until there is news
-    quirk: str | None
-    quirk_applied: bool | None
     verdict: VerdictLine | None
     verdicts: int
     text_verdict: bool  # served; the line is rendered on query, not kept per nonce
-    fault: str | None
-    hung: bool
-    error: str | None
     tool_stream_end: float | None
+    _more: dict[str, Any]
+
+    # the rarer news (read them through get, like the slots)
+    quirk = _rare("quirk")
+    quirk_applied = _rare("quirk_applied")
+    fault = _rare("fault")
+    hung = _rare("hung")
+    error = _rare("error")
+    history = _rare("history")  # a session turn's: its first history problem, else "ok"
+    user_text = _rare("user_text")  # a session turn's input as first seen (later turns compare)
+    loop_step = _rare("loop_step")  # a tool loop's: the last step the mock asked for
+    step_tool_ms = _rare("step_tool_ms")  # a tool loop's: each step's tool time, ms
+    past_final = _rare("past_final")  # requests after a final answer (a tool loop run past it)
 
     def get(self, name: str, default: Any = None) -> Any:
         return getattr(self, name, default)
@@ -104,6 +131,11 @@ class Entry:
                 "tool_ms": v.tool_ms,
                 "all_ok": v.all_ok,
             }
+            # as in the log line's "check": a tool loop's and a session turn's fields only there
+            if v.loop is not None:
+                verdict.update(steps=v.steps, steps_total=v.steps_total, loop=v.loop)
+            if v.history is not None:
+                verdict["history"] = v.history
         return {
             "nonce": self.nonce,
             "plan": self.plan,
@@ -113,13 +145,17 @@ class Entry:
             "requests": self.requests,
             "verdict": verdict,
             "verdicts": get("verdicts", 0),
-            "text_verdict": text_verdict(self.nonce) if get("text_verdict") else None,
+            "text_verdict": text_verdict(self.nonce, get("history")) if get("text_verdict") else None,
             "fault": None if get("fault") is None else {"kind": self.fault, "injected": True},
             "hung": get("hung", False),
             "error": get("error"),
             "tool_stream_end": get("tool_stream_end"),
             "records": [dict(zip(RECORD_FIELDS, r)) for r in self.records],
             "records_dropped": self.records_dropped,
+            "history": get("history"),
+            "loop_step": get("loop_step"),
+            "step_tool_ms": get("step_tool_ms"),
+            "past_final": get("past_final", 0),
         }
 
 

@@ -20,7 +20,7 @@ from random import getrandbits
 from typing import Any, Mapping, Sequence
 
 from ..markers import Call, Plan, wire_id
-from ..verdict import BAD_ARGS, SentCall, ToolResult
+from ..verdict import BAD_ARGS, Exchange, Said, SentCall, ToolResult
 from ..wire import CUT, StreamTemplate, split_arguments, split_text
 from .base import BadRequest, Dialect, Reply, Turn, message_text, usage
 
@@ -76,6 +76,15 @@ def _blocks(content: Any, kind: str) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
 
 
+def _sent(b: dict[str, Any]) -> SentCall:
+    args = b.get("input")
+    return SentCall(b.get("id"), b.get("name"), args if isinstance(args, dict) else BAD_ARGS)
+
+
+def _result(b: dict[str, Any]) -> ToolResult:
+    return ToolResult(b.get("tool_use_id"), message_text(b.get("content")), b.get("is_error") is True)
+
+
 def tool_use_id(call: Call) -> str:
     return wire_id(call.id, "anthropic")
 
@@ -124,17 +133,56 @@ class AnthropicDialect(Dialect):
         for k in range(len(messages) - 1, turn.user_at, -1):
             m = messages[k]
             if isinstance(m, dict) and m.get("role") == "assistant" and _blocks(m.get("content"), "tool_use"):
-                for b in _blocks(m["content"], "tool_use"):
-                    args = b.get("input")
-                    sent.append(SentCall(b.get("id"), b.get("name"), args if isinstance(args, dict) else BAD_ARGS))
+                sent.extend(_sent(b) for b in _blocks(m["content"], "tool_use"))
                 start = k + 1
                 break
         results = []
         for m in messages[start:]:
             if isinstance(m, dict) and m.get("role") == "user":
-                for b in _blocks(m.get("content"), "tool_result"):
-                    results.append(ToolResult(b.get("tool_use_id"), message_text(b.get("content")), b.get("is_error") is True))
+                results.extend(_result(b) for b in _blocks(m.get("content"), "tool_result"))
         return sent, results
+
+    def exchanges(self, turn: Turn) -> tuple[list[Exchange], bool]:
+        messages = turn.body["messages"]
+        out: list[Exchange] = []
+        answered = False
+        for m in messages[turn.user_at + 1 :]:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            if m.get("role") == "assistant":
+                uses = _blocks(content, "tool_use")
+                if uses:
+                    out.append(Exchange([_sent(b) for b in uses], []))
+                    answered = False
+                else:
+                    answered = True
+            elif m.get("role") == "user":
+                blocks = _blocks(content, "tool_result")
+                if blocks and not out:
+                    out.append(Exchange([], []))
+                for b in blocks:
+                    out[-1].results.append(_result(b))
+                answered = False
+        return out, answered
+
+    def earlier(self, turn: Turn) -> list[Said]:
+        messages = turn.body["messages"]
+        out = []
+        for k in range(turn.user_at):
+            m = messages[k]
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            if m.get("role") == "user":
+                if _answers_tools(messages, k):
+                    out.append(Said(False, "", tuple(b.get("tool_use_id") for b in _blocks(content, "tool_result"))))
+                else:
+                    out.append(Said(True, message_text(content)))
+            elif m.get("role") == "assistant":
+                text = content if isinstance(content, str) else "".join(b["text"] for b in _blocks(content, "text") if isinstance(b.get("text"), str))
+                out.append(Said(False, text, tuple(b.get("id") for b in _blocks(content, "tool_use"))))
+        return out
 
     def prompt_chars(self, turn: Turn) -> int:
         n = len(message_text(turn.body.get("system")))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..markers import Call, Plan, text_verdict
-from ..verdict import SentCall, ToolResult
+from ..verdict import Exchange, Said, SentCall, ToolResult
 from ..wire import StreamTemplate
 
 CUT = b""  # sentinel event: cut the TCP connection here (the same object as wire.CUT)
@@ -57,10 +57,10 @@ def usage(prompt_chars: int, completion_chars: int) -> tuple[int, int]:
     return math.ceil(prompt_chars / 4), math.ceil(completion_chars / 4)
 
 
-def text_reply(nonce: str) -> str:
+def text_reply(nonce: str, history: str | None = None) -> str:
     return (
         f"This is the kstress mock LLM answering input {nonce}. It streams its reply in pieces "
-        f"so that a kernel's delta handling is exercised.\n{text_verdict(nonce)}"
+        f"so that a kernel's delta handling is exercised.\n{text_verdict(nonce, history)}"
     )
 
 
@@ -97,6 +97,15 @@ class Dialect:
 
     def history(self, turn: Turn) -> tuple[list[SentCall], list[ToolResult]]:
         """The calls the kernel says it made and the results it handed back."""
+        raise NotImplementedError
+
+    def exchanges(self, turn: Turn) -> tuple[list[Exchange], bool]:
+        """Every tool step after the user input, in order (a tool loop's
+        history), and whether an assistant text answer follows the last one."""
+        raise NotImplementedError
+
+    def earlier(self, turn: Turn) -> list[Said]:
+        """The messages before the user input (a session turn's history)."""
         raise NotImplementedError
 
     def prompt_chars(self, turn: Turn) -> int:

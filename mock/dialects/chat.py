@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from .. import wire
 from ..markers import Plan
-from ..verdict import SentCall, ToolResult, chat_history, latest_user_index
+from ..verdict import Exchange, Said, SentCall, ToolResult, chat_earlier, chat_exchanges, chat_history, latest_user_index
 from ..wire import StreamTemplate
 from .base import BadRequest, Dialect, Reply, Turn, message_text, usage
 
@@ -16,6 +16,18 @@ _OVERLOAD = ": the engine is currently overloaded"
 
 def _include_usage(opts: Any) -> bool:
     return isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+
+def _tool_calls_are_lists(messages: list[Any]) -> list[Any]:
+    """The messages, once every ``tool_calls`` is known to be a list (or null):
+    checked only where the history is read (follow-ups, loops, sessions), not
+    on every first request."""
+    for k, m in enumerate(messages):
+        if isinstance(m, dict):
+            calls = m.get("tool_calls")
+            if calls is not None and not isinstance(calls, list):
+                raise BadRequest(f"messages[{k}].tool_calls is a {type(calls).__name__}: it must be a list of tool calls (or absent)", "messages")
+    return messages
 
 
 class ChatDialect(Dialect):
@@ -49,7 +61,13 @@ class ChatDialect(Dialect):
         )
 
     def history(self, turn: Turn) -> tuple[list[SentCall], list[ToolResult]]:
-        return chat_history(turn.body["messages"], turn.user_at)
+        return chat_history(_tool_calls_are_lists(turn.body["messages"]), turn.user_at)
+
+    def exchanges(self, turn: Turn) -> tuple[list[Exchange], bool]:
+        return chat_exchanges(_tool_calls_are_lists(turn.body["messages"]), turn.user_at)
+
+    def earlier(self, turn: Turn) -> list[Said]:
+        return chat_earlier(_tool_calls_are_lists(turn.body["messages"]), turn.user_at)
 
     def prompt_chars(self, turn: Turn) -> int:
         return sum(len(message_text(m.get("content"))) for m in turn.body["messages"] if isinstance(m, dict))

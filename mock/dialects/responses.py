@@ -24,8 +24,8 @@ import time
 from random import getrandbits
 from typing import Any, Mapping
 
-from ..markers import Call, Plan, item_id
-from ..verdict import SentCall, ToolResult, json_arguments
+from ..markers import Call, Plan, item_id, parse_call_step
+from ..verdict import Exchange, Said, SentCall, ToolResult, json_arguments
 from ..wire import CUT, StreamTemplate, split_arguments, split_text
 from .base import BadRequest, Dialect, Reply, Turn, message_text, usage
 from .chat import CHAT
@@ -125,6 +125,54 @@ class ResponsesDialect(Dialect):
             elif item.get("type") == "function_call_output":
                 results.append(ToolResult(item.get("call_id"), message_text(item.get("output"))))
         return sent, results
+
+    def exchanges(self, turn: Turn) -> tuple[list[Exchange], bool]:
+        # no assistant message groups a step's calls: a function_call starts
+        # the next step when its id names another step than the calls before
+        # it (known steps, or any change after results), or repeats one of them
+        out: list[Exchange] = []
+        answered = False
+        for item in turn.body["input"][turn.user_at + 1 :]:
+            if not isinstance(item, dict):
+                continue
+            kind = item.get("type")
+            if kind == "function_call":
+                call_id = item.get("call_id")
+                ref = parse_call_step(call_id)
+                tag = ref[1] if ref is not None else None
+                cur = out[-1] if out else None
+                if (
+                    cur is None
+                    or (tag != cur.tag and (cur.results or (tag is not None and cur.tag is not None)))
+                    or any(c.id == call_id for c in cur.sent)
+                ):
+                    cur = Exchange([], [], tag)
+                    out.append(cur)
+                cur.sent.append(SentCall(call_id, item.get("name"), json_arguments(item.get("arguments")), item.get("id")))
+                answered = False
+            elif kind == "function_call_output":
+                if not out:
+                    out.append(Exchange([], []))
+                out[-1].results.append(ToolResult(item.get("call_id"), message_text(item.get("output"))))
+                answered = False
+            elif item.get("role") == "assistant":
+                answered = True
+        return out, answered
+
+    def earlier(self, turn: Turn) -> list[Said]:
+        items = turn.body["input"]
+        out = []
+        for item in items[: max(turn.user_at, 0)]:
+            if not isinstance(item, dict):
+                continue
+            kind = item.get("type")
+            if _is_user(item):
+                out.append(Said(True, message_text(item.get("content"))))
+            elif kind in ("function_call", "function_call_output"):
+                out.append(Said(False, "", (item.get("call_id"),)))
+            elif item.get("role") == "assistant":
+                out.append(Said(False, message_text(item.get("content")), ()))
+        return out
 
     def prompt_chars(self, turn: Turn) -> int:
         items = turn.body["input"]

@@ -19,7 +19,7 @@ def good_result(plan: Plan, call: Call) -> str:
     own timestamp lines, the others' expected substrings."""
     if call.role == "slow":
         ns = time.time_ns()
-        return f"KST-S {plan.nonce} {call.index} {ns}\nKST-E {plan.nonce} {call.index} {ns + (call.sleep_ms or 0) * 1_000_000}\n"
+        return f"KST-S {plan.nonce} {call.stamp} {ns}\nKST-E {plan.nonce} {call.stamp} {ns + (call.sleep_ms or 0) * 1_000_000}\n"
     return " ".join(call.expect) + " done"
 
 

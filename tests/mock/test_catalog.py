@@ -151,3 +151,40 @@ def test_slow_role_may_print_its_own_timestamps(tmp_path: Path) -> None:
     )
     plan = build_plan("!slowbatch1:250 #own", cat)
     assert json.loads(plan.calls[0].arguments) == {"c": "echo KST-S own 0 1; sleep 0.250; echo KST-E own 0 2"}
+
+
+# Found by a review: each crashed load_catalog with a traceback (AttributeError,
+# RecursionError) or was silently read the wrong way ("false" is truthy).
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        ({"roles": 5}, "roles is a number (5); it must be a table of role -> {name, arguments, ...}"),
+        ({"roles": [{"fast": {}}]}, "roles is an array"),
+        ({"roles": "fast"}, "roles is a string"),
+        ({"roles": {"fast": ["lookup"]}}, "roles.fast must be a table/object of name, arguments, ..., not an array"),
+        ({"roles": {"fast": {"name": 5}}}, "roles.fast.name 5 is not a valid tool name"),
+        ({"roles": {"fast": {"parallel_safe": "false"}}}, "roles.fast.parallel_safe is a string ('false'); write true or false"),
+        ({"roles": {"img": {"expect_error": 1}}}, "roles.img.expect_error is a number (1); write true or false"),
+        ({"roles": {"fast": {"arguments": {"a": json.loads("[" * 40 + "]" * 40)}}}}, "roles.fast.arguments nests more than 32 levels deep"),
+        ({"roles": {"fast": {"arguments": "[" * 100_000 + "]" * 100_000}}}, "roles.fast.arguments nests more than 32 levels deep"),
+    ],
+)
+def test_malformed_catalogs_are_config_errors_naming_the_key(data, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        catalog_from_mapping(data, source="cat.toml")
+    assert words in str(info.value) and "cat.toml" in str(info.value)
+
+
+def test_catalog_files_nested_too_deep_are_config_errors(tmp_path: Path) -> None:
+    deep_json = tmp_path / "deep.json"
+    deep_json.write_text('{"roles": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ConfigError, match=r"deep\.json: its JSON nests too deeply"):
+        load_catalog(deep_json)
+    deep_toml = tmp_path / "deep.toml"
+    deep_toml.write_text("x = " + "[" * 5_000 + "]" * 5_000 + "\n")
+    with pytest.raises(ConfigError, match=r"deep\.toml: its TOML nests too deeply"):
+        load_catalog(deep_toml)
+    roles_int = tmp_path / "five.toml"
+    roles_int.write_text("roles = 5\n")
+    with pytest.raises(ConfigError, match=r"five\.toml: roles is a number \(5\)"):
+        load_catalog(roles_int)

@@ -81,3 +81,27 @@ def test_unreadable_script(tmp_path: Path) -> None:
 def test_empty_script_object_is_refused() -> None:
     with pytest.raises(ConfigError, match="holds no replies"):
         Script([], source="inline")
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[{"tool_calls": [{"name": ""}]}]', "tool_calls[0] needs a string name, not empty"),
+        ('[{"tool_calls": [{"name": 5}]}]', "tool_calls[0] needs a string name"),
+        ('[{"tool_calls": [{"name": "a", "arguments": 5}]}]', "tool_calls[0].arguments must be a JSON object (or a string holding one), not int"),
+        ('[{"tool_calls": [{"name": "a", "arguments": "[1]"}]}]', "not list"),
+        ('[{"tool_calls": [{"name": "a", "args": {}}]}]', "unknown keys ['args']"),
+        ('[{"error": 500.0}]', "error needs a status among"),
+        ('[{"error": true}]', "error needs a status among"),
+        ('[{"error": {"status": 500.0}}]', "error needs a status among"),
+        ('[{"error": {"status": 500, "message": 5}}]', "error.message must be a string"),
+        ('[{"error": {"status": 500, "retry": 1}}]', "unknown keys ['retry']"),
+        ("[" * 100_000 + "]" * 100_000, "its JSON nests too deeply"),
+        ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}", "its JSON nests too deeply"),
+    ],
+)
+def test_malformed_scripts_are_config_errors(tmp_path: Path, text: str, words: str) -> None:
+    p = _write(tmp_path, "bad.json", text)
+    with pytest.raises(ConfigError) as info:
+        load_script(p)
+    assert words in str(info.value) and str(p) in str(info.value)
