@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from mock.markers import Plan, parse_text_verdict, parse_timestamps, parse_verdict, peak_overlap
+from mock.markers import Plan, parse_text_line, parse_timestamps, parse_verdict, peak_overlap
 
 from .client import Turn
 from .contract import REFKERNEL, Contract
@@ -41,6 +41,9 @@ class TurnVerdict(NamedTuple):
     tool_sum_ms: float | None = None  # the timed tools' own durations, summed
     concurrency: float | None = None  # tool_sum_ms / tool_span_ms: effective concurrency
     stagger_ms: float | None = None  # last start - first start
+    verdict_source: str | None = None  # reply | mock | both: where the verdict was read
+    steps: int | None = None  # a tool loop's: steps the kernel completed correctly
+    steps_total: int | None = None
 
     @property
     def failure(self) -> str | None:
@@ -74,13 +77,14 @@ def is_timing_sample(row: dict[str, Any]) -> bool:
 
 
 def timed_intervals(stamps: dict[int, tuple[int | None, int | None]], plan: Plan) -> dict[int, tuple[int, int]]:
-    """(start, end) ns of every timed call by index; {} when any is missing."""
+    """(start, end) ns of every timed call by its stamp (a batch's call index;
+    a tool loop's number in the whole turn); {} when any is missing."""
     out = {}
     for c in plan.timed_calls:
-        s, e = stamps.get(c.index, (None, None))
+        s, e = stamps.get(c.stamp, (None, None))
         if s is None or e is None or e < s:
             return {}
-        out[c.index] = (s, e)
+        out[c.stamp] = (s, e)
     return out
 
 
@@ -91,7 +95,8 @@ def _at(iv: tuple[int, int], t0: int) -> str:
 def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contract) -> tuple[dict[str, Any], list[str]]:
     """The observed schedule of a batch against the contract's rule, from the
     timestamps of its timed calls: the measurements, and each violation named
-    with the two calls and their times (ms from the first start)."""
+    with the two calls and their times (ms from the first start). A tool
+    loop's steps are each a batch of their own."""
     if not intervals:
         return {"overlap": None, "tool_span_ms": None}, []
     starts = [s for s, _ in intervals.values()]
@@ -99,16 +104,30 @@ def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contra
     t0 = min(starts)
     span = max(ends) - t0
     busy = sum(e - s for s, e in intervals.values())
+    failures: list[str] = []
+    peaks, staggers = [], []
+    for step in range(1, max(plan.steps, 1) + 1):
+        calls = plan.step_calls(step)
+        iv = {c.index: intervals[c.stamp] for c in calls if c.stamp in intervals}
+        if not iv:
+            continue
+        peaks.append(peak_overlap(iv.values()))
+        staggers.append(max(a for a, _ in iv.values()) - min(a for a, _ in iv.values()))
+        failures += _step_schedule(calls, iv, contract, t0, f"step {step}: " if plan.kind == "loop" else "")
     fields = {
-        "overlap": peak_overlap(intervals.values()),
+        "overlap": max(peaks),
         "tool_span_ms": span / 1e6,
         "tool_sum_ms": round(busy / 1e6, 3),
         # effective concurrency: the tools' own time over the wall time they took
         "concurrency": round(busy / span, 3) if span > 0 else None,
-        "stagger_ms": round((max(starts) - t0) / 1e6, 3),
+        "stagger_ms": round(max(staggers) / 1e6, 3),
     }
+    return fields, failures
+
+
+def _step_schedule(calls: tuple, intervals: dict[int, tuple[int, int]], contract: Contract, t0: int, where: str) -> list[str]:
     rule = contract.batch
-    safe = tuple(c.parallel_safe for c in plan.calls)
+    safe = tuple(c.parallel_safe for c in calls)
     failures: list[str] = []
 
     def all_overlap(idx: list[int], why: str) -> None:
@@ -118,20 +137,20 @@ def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contra
         early_end = min(idx, key=lambda i: intervals[i][1])
         if intervals[late][0] >= intervals[early_end][1]:
             failures.append(
-                f"no_overlap (calls {early_end} and {late} never ran at once: {early_end} {_at(intervals[early_end], t0)}, "
+                f"no_overlap ({where}calls {early_end} and {late} never ran at once: {early_end} {_at(intervals[early_end], t0)}, "
                 f"{late} {_at(intervals[late], t0)}; contract batch={rule} {why})"
             )
 
     if contract.runs_serially(safe):
-        if fields["overlap"] > 1:
-            pair = next(((i, j) for i in intervals for j in intervals if i < j and intervals[i][0] < intervals[j][1] and intervals[j][0] < intervals[i][1]))
-            i, j = pair
+        peak = peak_overlap(intervals.values())
+        if peak > 1:
+            i, j = next((i, j) for i in intervals for j in intervals if i < j and intervals[i][0] < intervals[j][1] and intervals[j][0] < intervals[i][1])
             failures.append(
-                f"overlap {fields['overlap']}>1 (calls {i} and {j} ran at once: {i} {_at(intervals[i], t0)}, {j} {_at(intervals[j], t0)}; "
+                f"overlap {peak}>1 ({where}calls {i} and {j} ran at once: {i} {_at(intervals[i], t0)}, {j} {_at(intervals[j], t0)}; "
                 f"contract batch={rule} runs this batch serially)"
             )
     elif rule == "barrier" and not all(safe):
-        barriers = [c.index for c in plan.calls if not c.parallel_safe]
+        barriers = [c.index for c in calls if not c.parallel_safe]
         for u in barriers:
             before = [i for i in intervals if i < u]
             after = [i for i in intervals if i > u]
@@ -140,18 +159,37 @@ def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contra
                 first = min(after, key=lambda i: intervals[i][0])
                 if intervals[last][1] > intervals[first][0]:
                     failures.append(
-                        f"barrier (call {last} ended at +{(intervals[last][1] - t0) / 1e6:.1f} ms, after call {first} started at "
+                        f"barrier ({where}call {last} ended at +{(intervals[last][1] - t0) / 1e6:.1f} ms, after call {first} started at "
                         f"+{(intervals[first][0] - t0) / 1e6:.1f} ms: the unsafe call {u} must separate them)"
                     )
-        edges = [-1, *barriers, len(plan.calls)]
+        edges = [-1, *barriers, len(calls)]
         for lo, hi in zip(edges, edges[1:]):
             all_overlap([i for i in intervals if lo < i < hi], "runs the calls between barriers concurrently")
     else:
         all_overlap(list(intervals), "runs this batch concurrently")
-    return fields, failures
+    return failures
 
 
-def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: Contract = REFKERNEL) -> TurnVerdict:
+def _source(said: Any, recorded: Any) -> str | None:
+    if said is not None and recorded is not None:
+        return "both"
+    return "reply" if said is not None else "mock" if recorded is not None else None
+
+
+def _stamps_of(mock: dict[str, Any] | None) -> dict[int, tuple[int | None, int | None]]:
+    raw = (mock or {}).get("stamps") or {}
+    out = {}
+    for k, v in raw.items():
+        if str(k).isdigit() and isinstance(v, list) and len(v) == 2:
+            out[int(k)] = (v[0], v[1])
+    return out
+
+
+def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: Contract = REFKERNEL, mock: dict[str, Any] | None = None, joined: bool = False) -> TurnVerdict:
+    """``mock`` is the mock's own record of this input (harness/mockjoin.py),
+    when one was asked for (``joined``): a kernel that rewords the model's
+    answer is judged by it; a kernel that echoes the verdict line must agree
+    with it. ``verdict_source`` says which was used."""
     failures: list[str] = []
     fields: dict[str, Any] = {}
     reply = turn.reply
@@ -176,19 +214,38 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: C
     elif turn.outcome == "error":
         failures.append(f"error_frame:{turn.error_code}")
     elif not plan.has_tools:
-        nonce = parse_text_verdict(reply)
-        if nonce is None:
-            failures.append("missing_verdict")
-        elif nonce != plan.nonce:
-            failures.append(f"wrong_nonce ({nonce} != {plan.nonce})")
+        said = parse_text_line(reply)
+        recorded = parse_text_line((mock or {}).get("text_verdict") or "")
+        fields["verdict_source"] = _source(said, recorded)
+        if said is not None and recorded is not None and said.format() != recorded.format() and said.nonce == plan.nonce:
+            failures.append(f"verdict_mismatch (the reply says {said.format()!r}, the mock recorded {recorded.format()!r})")
+        tv = said or recorded
+        if tv is None:
+            failures.append("missing_verdict" + (" (neither in the reply nor in the mock's record)" if joined else ""))
+        elif tv.nonce != plan.nonce:
+            failures.append(f"wrong_nonce ({tv.nonce} != {plan.nonce})")
+        elif not tv.ok:
+            failures.append(f"history {tv.history}" if tv.history else "missing_verdict")
     else:
-        line = parse_verdict(reply)
+        said_line = parse_verdict(reply)
+        v = (mock or {}).get("verdict") or {}
+        recorded_line = parse_verdict(v.get("line") or "") if isinstance(v, dict) else None
+        fields["verdict_source"] = _source(said_line, recorded_line)
+        line = said_line or recorded_line
         if line is None:
-            failures.append("missing_verdict")
+            failures.append("missing_verdict" + (" (neither in the reply nor in the mock's record)" if joined else ""))
         else:
+            if said_line is not None and recorded_line is not None and said_line.format() != recorded_line.format() and said_line.nonce == plan.nonce:
+                failures.append(f"verdict_mismatch (the reply says {said_line.format()!r}, the mock recorded {recorded_line.format()!r})")
             fields.update(expected=line.expected, got=line.got, errors=line.errors, tool_ms=line.tool_ms)
+            if line.steps_total is not None:
+                fields.update(steps=line.steps, steps_total=line.steps_total)
             if line.nonce != plan.nonce:
                 failures.append(f"wrong_nonce ({line.nonce} != {plan.nonce})")
+            if line.loop not in (None, "ok"):
+                failures.append(f"loop {line.loop} (steps {line.steps}/{line.steps_total})")
+            if line.history not in (None, "ok"):
+                failures.append(f"history {line.history}")
             if line.got != line.expected:
                 failures.append(f"count {line.got}/{line.expected}")
             if not line.ids:
@@ -199,7 +256,10 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: C
                 failures.append("order")
             if line.errors != plan.expected_errors:
                 failures.append(f"errors {line.errors}/{plan.expected_errors}")
-            measured, broken = schedule(plan, timed_intervals(parse_timestamps(reply, plan.nonce), plan), contract)
+            stamps = parse_timestamps(reply, plan.nonce) if said_line is not None else {}
+            if not stamps:
+                stamps = _stamps_of(mock)
+            measured, broken = schedule(plan, timed_intervals(stamps, plan), contract)
             fields.update(measured)
             failures.extend(broken)
 

@@ -18,7 +18,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Sequence
 
 from aiohttp import web
 
@@ -38,6 +38,7 @@ from .markers import (
     find_nonce,
     parse_marker,
     parse_session_nonce,
+    parse_timestamps,
     text_verdict,
 )
 from .script import Script
@@ -337,7 +338,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         tool_ms = None if end is None else int((ex.arrival - end) * 1000)
         sent, results = dialect.history(turn)
         line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan), history)
-        _record_verdict(state, entry, rec, line)
+        _record_verdict(state, entry, rec, line, echoes)
         state.plans[f"{plan.kind}:verdict"] += 1
         return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks, nonce=plan.nonce))
 
@@ -399,10 +400,15 @@ def _plan(text: str, settings: MockSettings, state: MockState) -> Plan:
     return plan
 
 
-def _record_verdict(state: MockState, entry: Entry, rec: dict[str, Any], line: VerdictLine) -> None:
-    """A verdict reply's news: in the store entry, the log line and the counters."""
+def _record_verdict(state: MockState, entry: Entry, rec: dict[str, Any], line: VerdictLine, echoes: Sequence[tuple[str, str]] = ()) -> None:
+    """A verdict reply's news: in the store entry, the log line and the counters.
+    The slow tools' KST-S/KST-E timestamps go with it: a kernel that rewords the
+    model's answer does not echo them, and the harness judges the schedule by them."""
     entry.verdict = line
     entry.verdicts = entry.get("verdicts", 0) + 1
+    stamps = parse_timestamps("\n".join(content for _, content in echoes), entry.nonce) if echoes else {}
+    if stamps:
+        entry.stamps = {str(i): [st, en] for i, (st, en) in stamps.items()}
     rec["verdict"] = line.format()
     check = {
         "expected": line.expected, "got": line.got, "ids": line.ids, "args": line.args, "order": line.order,
@@ -475,7 +481,7 @@ async def _loop(
         return await _loop_step(request, dialect, settings, state, ex, turn, model, plan, entry, check.next_step)
     tool_ms = times[min(check.step, k_total) - 1] if check.step >= 1 else None
     line = check.line(plan, tool_ms, history)
-    _record_verdict(state, entry, rec, line)
+    _record_verdict(state, entry, rec, line, check.echoes)
     state.plans["loop:verdict"] += 1
     reply = Reply(text=verdict_text(line, check.echoes), pieces=settings.text_chunks, nonce=plan.nonce)
     return await _reply(request, dialect, settings, state, ex, turn, model, reply)

@@ -100,6 +100,7 @@ class Entry:
     loop_step = _rare("loop_step")  # a tool loop's: the last step the mock asked for
     step_tool_ms = _rare("step_tool_ms")  # a tool loop's: each step's tool time, ms
     past_final = _rare("past_final")  # requests after a final answer (a tool loop run past it)
+    stamps = _rare("stamps")  # the slow tools' KST-S/KST-E ns by call stamp, from the results the kernel sent
 
     def get(self, name: str, default: Any = None) -> Any:
         return getattr(self, name, default)
@@ -156,6 +157,7 @@ class Entry:
             "loop_step": get("loop_step"),
             "step_tool_ms": get("step_tool_ms"),
             "past_final": get("past_final", 0),
+            "stamps": get("stamps"),
         }
 
 

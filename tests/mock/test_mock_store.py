@@ -231,3 +231,24 @@ def test_every_write_finds_the_entry_and_the_last_finds_the_log_line(
         assert last_lines == n_request, f"the log had {last_lines} lines at the last write of request {n_request}"
         if n_request == 1:
             assert last_entry["tool_stream_end"] == rec["last_byte"]
+
+
+def test_the_store_keeps_the_slow_tools_timestamps(mock_server):
+    """A kernel that rewords the answer does not echo the KST lines: the
+    harness judges the schedule by the stamps the mock saw in the results."""
+    from mock.markers import build_plan
+
+    plan = build_plan("!slowbatch2 #st1")
+    results = [{"role": "tool", "tool_call_id": c.id, "content": f"KST-S st1 {c.index} {1000 + c.index}\nKST-E st1 {c.index} {5000 + c.index}\n"} for c in plan.calls]
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "!slowbatch2 #st1"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in plan.calls]},
+            *results,
+        ],
+    }
+    assert mock_server.request("POST", "/v1/chat/completions", body).status == 200
+    entry = json.loads(mock_server.request("GET", "/_mock/verdicts?nonce=st1").body)["verdicts"]["st1"]
+    assert entry["stamps"] == {"0": [1000, 5000], "1": [1001, 5001]}
+    assert entry["verdict"]["all_ok"]
