@@ -280,3 +280,52 @@ def test_protocol_front(tmp_path):
         for p in (kernel, mock):
             if p is not None and p.stdout is not None:
                 p.stdout.close()
+
+
+# --- rootless ------------------------------------------------------------------
+
+
+def _give_nobody_pydantic_ai(unpriv) -> None:
+    """The framework's distributions into nobody's site dir, as sbx_unpriv does
+    for the harness's own (same interpreter minor version, so pydantic-core's
+    extension loads)."""
+    import shutil
+
+    from sbx_unpriv import _closure
+
+    stamp = unpriv.site / ".pydantic-ai-copied"
+    if stamp.exists():
+        return
+    for dist in _closure(("pydantic-ai-slim", "openai", "tiktoken")):
+        for f in dist.files or ():
+            rel = Path(str(f))
+            src = Path(f.locate())
+            if rel.parts[0] != ".." and src.is_file():
+                (unpriv.site / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, unpriv.site / rel)
+    subprocess.run(["chmod", "-R", "a+rX", str(unpriv.site)], check=True)
+    stamp.touch()
+
+
+@pytest.mark.timeout(300)
+def test_rootless_as_nobody(unpriv):
+    """An unprivileged user, no sudo: the bridge in a user namespace, started
+    with the interpreter KSTRESS_EXAMPLE_PYTHON names (nobody cannot run root's venv)."""
+    import shutil
+
+    if unpriv.how != "copy":
+        pytest.skip(f"nobody's interpreter is a {unpriv.how}, not this one's minor version: the framework cannot be copied to it")
+    _give_nobody_pydantic_ai(unpriv)
+    work = unpriv.workdir()
+    examples = work / "examples"
+    examples.mkdir()
+    for f in (BRIDGE, TARGET):
+        shutil.copy2(f, examples / f.name)
+    subprocess.run(["chown", "-R", f"{unpriv.uid}:{unpriv.gid}", str(examples)], check=True)
+    env = unpriv.env(work)
+    env.update(KSTRESS_HOME=str(work / "home"), TMPDIR=str(work), KSTRESS_EXAMPLE_PYTHON=unpriv.python)
+    args = ["-m", "harness", "batch", "--launch", "--target", str(examples / TARGET.name),
+            "--kinds", "batch,slowbatch", "--n", "4", "--rounds", "2", "--out", str(work / "runs"), "--quiet"]
+    r = subprocess.run(unpriv.argv(args), env=env, cwd=work, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(userns)" in r.stdout and "4/4 turns passed" in r.stdout, r.stdout
