@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pydantic_ai
 from openai import AsyncOpenAI
 from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.exceptions import (
@@ -318,8 +319,6 @@ class Kernel:
         self.residents: dict[str, asyncio.subprocess.Process] = {}
         self.stopping = False
         self.started = time.time()
-        import pydantic_ai
-
         self.framework = f"pydantic-ai {pydantic_ai.__version__}"
 
     # tools' side of the kernel
