@@ -130,14 +130,16 @@ def _reply_and_frames(stdout: str) -> tuple[str, list[dict]]:
 @pytest.mark.timeout(240)
 def test_mixed_batches_run_as_a_barrier(tmp_path):
     kst = Kst(tmp_path)
-    r = kst.run("launch", "--target", str(TARGET))
+    # 200 ms sleeps, not the default 50: the calls of one side must overlap
+    # even when a loaded machine is slow to start the next shell
+    r = kst.run("launch", "--target", str(TARGET), "--mixed-ms", "200")
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         for n in (4, 6, 8):
             r = kst.run("kcli", "send", f"!mixed{n}")
             reply, frames = _reply_and_frames(r.stdout)
             nonce = re.search(r"KST nonce=(\S+)", reply).group(1)
-            plan = build_plan(f"!mixed{n} #{nonce}")
+            plan = build_plan(f"!mixed{n} #{nonce}", mixed_ms=200)
             w = next(c.index for c in plan.calls if not c.parallel_safe)
             stamps = parse_timestamps(reply, nonce)
             before = [stamps[i] for i in range(w)]
