@@ -86,6 +86,7 @@ def _access_params() -> list[click.Parameter]:
         click.Option(["--socket"], type=click.Path(path_type=Path), help="A kernel socket to drive directly, without a sandbox."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog: the sandbox mock's with --launch, the one to judge by with --socket."),
+        click.Option(["--mock", "mock_addr"], help="With --socket: the mock the kernel talks to (unix:PATH or http://127.0.0.1:PORT), asked for each turn's verdict."),
         *_target_params(),
         click.Argument(["extra"], nargs=-1),
     ]
@@ -261,7 +262,7 @@ def kcli_shell(state, socket, token, protocol, connect_timeout, timeout) -> None
 # --- scenarios ----------------------------------------------------------------------
 
 
-def _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs):
+def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs):
     from .contract import OTHER, merged
     from .sut import Access
 
@@ -281,10 +282,13 @@ def _access(launch, state, socket, token, tools_file, target_file, bin_, args, e
     if tools_file is not None and socket is None:
         raise UsageError("--tools needs --launch (the catalog of the sandbox's mock) or --socket (the catalog to judge by); a running sandbox has its own")
     merged(OTHER, None, contract_pairs)  # a bad --contract is an error before anything starts
-    return Access(state=state, socket=socket, token=token, protocol=protocol, tool_ms=tool_ms, mixed_ms=mixed_ms, tools=tools_file, contract_pairs=tuple(contract_pairs))
+    if mock_addr is not None and socket is None:
+        raise UsageError("--mock goes with --socket: a sandbox's own mock is asked without it")
+    return Access(state=state, socket=socket, token=token, protocol=protocol, tool_ms=tool_ms, mixed_ms=mixed_ms, tools=tools_file,
+                  contract_pairs=tuple(contract_pairs), mock=mock_addr)
 
 
-_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "target_file", "bin_", "args", "extra", "protocol", "mechanism", "tool_ms", "mixed_ms", "contract_pairs")
+_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "mechanism", "tool_ms", "mixed_ms", "contract_pairs")
 _CLICK_TYPES = {int: int, float: float, str: str, Path: click.Path(path_type=Path)}
 
 

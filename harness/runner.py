@@ -47,7 +47,7 @@ from .errors import (
 from .results import FLUSH_EVERY_S, Check, RunDir, host_meta
 from .stats import LogHistogram
 from .sut import Target
-from .verdict import TurnVerdict, judge
+from .verdict import TurnVerdict
 
 Rows = list[dict[str, Any]]
 # connection failures that mean the peer went away: worth a look whether it died
@@ -185,7 +185,7 @@ class Run:
         """Judge one turn against the target's plan, write its row, count it.
         A turn that failed because the target or the mock just died is not
         load: the run ends (TargetDied / MockDied) instead."""
-        v = judge(turn, target.plan(turn.text), contract=target.contract)
+        v = await target.verdict(turn)
         if not v.passed:
             if turn.conn_kind in VANISHED or turn.outcome == "closed":
                 if await target.vanished():

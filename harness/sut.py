@@ -29,14 +29,16 @@ from mock.catalog import DEFAULT_CATALOG, Catalog
 from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, Plan, build_plan
 
 from .aio import finish_shielded, grace
-from .client import ConnError, KernelClient
+from .client import ConnError, KernelClient, Turn
 from .contract import OTHER, REFKERNEL, Contract, merged
 from .errors import KstressError, MockDied, TargetDied, TargetError, UsageError
 from .launcher import UNIX_PATH_MAX, Launch, LaunchSettings, tail
+from .mockjoin import MockJoin, check_mock_address
 from .protocol import FrameKind, Protocol, ProtocolError, load_protocol
 from .state import SandboxState
 from .supervisor import require_running
 from .target import load_catalog_file, redact
+from .verdict import TurnVerdict, judge
 
 ALIVE_EVERY_S = 0.05
 
@@ -90,6 +92,7 @@ class Access:
     mixed_ms: int = DEFAULT_MIXED_MS
     tools: Path | None = None  # catalog, for a bare socket
     contract_pairs: tuple[str, ...] = ()  # --contract KEY=VALUE (a launch carries its own in LaunchSettings)
+    mock: str | None = None  # a bare socket's mock, to ask for verdicts (unix:PATH or a loopback URL)
 
 
 class Target:
@@ -114,6 +117,8 @@ class Target:
         self.orphans: list[dict[str, Any]] | None = None
         self._sandbox: SandboxState | None = None
         self.results: Path | None = None  # the run directory, set by the runner
+        self.mock_address: str | None = None  # where the mock's verdict store is asked
+        self.join: MockJoin | None = None
         self._prepared = False
         self._alive_at = -ALIVE_EVERY_S
         self._stack = contextlib.AsyncExitStack()
@@ -141,6 +146,7 @@ class Target:
             check_socket_path(a.socket)
             # a bare socket: no knowing what kernel it is; it declares what it has
             self.contract = merged(OTHER, None, a.contract_pairs)
+            self.mock_address = check_mock_address(a.mock) if a.mock else None
             self.meta = {"name": "socket", "socket": self.socket, "launched": False}
         else:
             s = require_running(a.state).state
@@ -152,6 +158,7 @@ class Target:
             self.target_pid = s.target_pid
             self.mock_log = s.mock_log
             base = s.contract or (REFKERNEL if s.target_name == "refkernel" else OTHER)
+            self.mock_address = f"unix:{s.mock_socket}" if s.mock_socket else None
             self.contract = merged(base, None, a.contract_pairs)
             self.meta = s.meta()
         if self.label:
@@ -197,6 +204,7 @@ class Target:
             L = self.launch = Launch(a.launch)
             L.results, L.label = self.results, self.label
             await self._stack.enter_async_context(L)
+            self.mock_address = f"unix:{L.mock_socket}"
             self.socket, self.token = str(L.socket_path), L.token
             self.target_pid = L.target_proc.pid if L.target_proc else None
             self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir else None
@@ -213,6 +221,8 @@ class Target:
             )
         if self.mock_log is not None and self.mock_log.exists():
             self.mock_log_offset = self.mock_log.stat().st_size
+        if self.mock_address is not None:
+            self.join = await self._stack.enter_async_context(MockJoin(self.mock_address))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -225,6 +235,16 @@ class Target:
 
     def plan(self, text: str) -> Plan:
         return build_plan(text, self.catalog, self.tool_ms, self.mixed_ms)
+
+    async def verdict(self, turn: Turn, **kw: Any) -> TurnVerdict:
+        """Judge a turn by its plan and contract -- and by the mock's own record
+        of it, when the mock can be asked: a kernel that rewords the model's
+        answer is verified exactly as one that echoes it."""
+        plan = self.plan(turn.text)
+        entry = None
+        if self.join is not None and turn.outcome == "response" and not turn.duplicate:
+            entry = await self.join.get(turn.nonce)
+        return judge(turn, plan, contract=self.contract, mock=entry, joined=self.join is not None, **kw)
 
     def alive(self) -> bool:
         try:

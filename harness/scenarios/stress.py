@@ -33,7 +33,6 @@ from ..runner import Run, RunResult, Scenario, run_scenario
 from ..sampler import Sampler
 from ..stats import summarize
 from ..sut import Access, Target
-from ..verdict import judge
 
 DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
 MAX_INPUTS = 1_000_000
@@ -256,9 +255,7 @@ class _Load:
                 second = await c.turn(first.text, self.s.timeout_s, raw=True, nonce=first.nonce + "r")
         except ConnError as exc:
             return {"ok": False, "detail": f"could not connect: {exc}"}
-        plan = self.target.plan(first.text)
-        c = self.target.contract
-        v1, v2 = judge(first, plan, contract=c), judge(second, plan, expect_duplicate=True, contract=c)
+        v1, v2 = await self.target.verdict(first), await self.target.verdict(second, expect_duplicate=True)
         for k, (turn, v) in enumerate(((first, v1), (second, v2))):
             row = v.to_json()
             row.update(kind="probe", conn=-2, seq=k, t_rel=round(turn.t_sent - self.t0, 4), duplicate=turn.duplicate)

@@ -53,10 +53,13 @@ class Kernel:
     mock_log: Path
     kernel: asyncio.subprocess.Process
     tool_ms: int
+    mock_url: str = ""
 
-    def access(self, *contract: str) -> Access:
-        # a bare socket declares its contract: this one is the reference kernel's
-        return Access(socket=self.socket, token=self.token, tool_ms=self.tool_ms, contract_pairs=("dedup=true", "interrupts=true", "stats=true", *contract))
+    def access(self, *contract: str, mock: bool = True) -> Access:
+        # a bare socket declares its contract (this one is the reference
+        # kernel's) and names its mock, which is asked for every turn's verdict
+        return Access(socket=self.socket, token=self.token, tool_ms=self.tool_ms, contract_pairs=("dedup=true", "interrupts=true", "stats=true", *contract),
+                      mock=self.mock_url if mock else None)
 
 
 @contextlib.asynccontextmanager
@@ -83,7 +86,7 @@ async def running_kernel(*flags: str, tool_ms: int = 200) -> AsyncIterator[Kerne
                 raise AssertionError(f"refkernel did not start: {(d / 'kernel.err').read_text()}")
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(kernel.wait(), 0.02)
-        yield Kernel(d / "k.sock", "tok", d, d / "mock.jsonl", kernel, tool_ms)
+        yield Kernel(d / "k.sock", "tok", d, d / "mock.jsonl", kernel, tool_ms, url.removesuffix("/v1"))
     finally:
         for p in (kernel, mock):
             if p is not None:
