@@ -273,6 +273,8 @@ class Launch:
             "bin": str(self.bin_path),
             "socket": str(self.socket_path),
             "llm_url": self.llm_url,
+            # the same mock without /v1: what SDKs that add their own path want (ANTHROPIC_BASE_URL)
+            "llm_root": self.llm_url.removesuffix("/v1"),
             "data_dir": str(self.data_dir),
             "token": self.token,
             "run_dir": str(self.run_dir),

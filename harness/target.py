@@ -3,7 +3,7 @@
 From flags (``--bin PATH`` + ``--arg ...``) or a TOML file (``--target FILE``).
 The argv is a template; placeholders are filled at launch:
 
-    {bin} {socket} {llm_url} {data_dir} {token} {run_dir} {config}
+    {bin} {socket} {llm_url} {llm_root} {data_dir} {token} {run_dir} {config}
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from mock.errors import ConfigError
 from .contract import OTHER, REFKERNEL, Contract, merged
 from .errors import UsageError
 
-PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "data_dir", "token", "run_dir", "config"})
+PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "llm_root", "data_dir", "token", "run_dir", "config"})
 _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
 DEFAULT_ARGV = ("{bin}", "--socket", "{socket}", "--llm-url", "{llm_url}", "--data-dir", "{data_dir}", "--token", "{token}")
 # The reference kernel takes its token from the environment: on its command
@@ -141,7 +141,9 @@ class TargetSpec:
             raise UsageError(f"target binary {self.bin!r} is a directory, not an executable; {other}")
         if not os.access(path, os.X_OK):
             raise UsageError(f"target binary {self.bin!r} is not executable; chmod +x it or {other}")
-        return path.resolve()
+        # absolute, not resolved: a venv's python is a symlink whose target
+        # would not see the venv's packages
+        return path.absolute()
 
     def render_argv(self, values: Mapping[str, str]) -> list[str]:
         return [render(a, values) for a in self.argv] + list(self.extra_args)

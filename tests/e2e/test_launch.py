@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import textwrap
 from pathlib import Path
 
@@ -178,3 +179,18 @@ def test_sudo_launch_belongs_to_the_invoking_user(unpriv):
     finally:
         r = as_root("stop")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_env_placeholders_reach_the_target(cli, tmp_path):
+    """`[target] env` values and --env are templated: a kernel configured
+    through the usual SDK variables can be pointed at the sandbox's mock."""
+    w = tmp_path / "envkernel"
+    refkernel = Path(sys.executable).with_name("refkernel")
+    w.write_text(f'#!/bin/sh\nprintf "%s\\n%s\\n" "$OPENAI_BASE_URL" "$ANTHROPIC_BASE_URL" > env.txt\nexec {refkernel} "$@"\n')
+    w.chmod(0o755)
+    up = cli.run("launch", "--bin", str(w), "--env", "OPENAI_BASE_URL={llm_url}", "--env", "ANTHROPIC_BASE_URL={llm_root}")
+    assert up.returncode == 0, up.stderr
+    state = cli.state()
+    lines = (Path(state["run_dir"]) / "data" / "env.txt").read_text().splitlines()
+    assert lines == [state["llm_url"], state["llm_url"].removesuffix("/v1")] and lines[0].endswith("/v1")
+    assert cli.run("stop").returncode == 0
