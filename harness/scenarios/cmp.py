@@ -15,10 +15,11 @@ NEW unmeasurable where OLD was measured) is a regression: exit code 1.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from mock.markers import DEFAULT_TOOL_MS, N_MAX
 
@@ -28,11 +29,12 @@ from ..launcher import LaunchSettings
 from ..options import arg, check_timeouts, connect_opt, contract_opt, opt, out_opt, quiet_opt
 from ..report import checks_section, fmt_ms, fmt_num, header
 from ..results import Check
-from ..runner import Run, RunResult, Scenario, run_scenario
+from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..stats import ALPHA, MIN_EFFECT, compare
 from ..sut import Access, Target
 from ..verdict import is_timing_sample
 from ..target import TargetSpec, load_target, spec_from_command
+from .abtest import BASELINES, resolve_baseline
 from .seq import Sequential
 
 MIN_SAMPLES = 3
@@ -63,6 +65,8 @@ class CmpSettings:
     connect_timeout_s: float = connect_opt()
     mechanism: str = opt("auto", "--mechanism", str, "Sandbox mechanism.", choices=("auto", "netns", "userns"))
     contract: tuple[str, ...] = contract_opt()  # both versions
+    baseline: str = opt("auto", "--baseline", str, "The serial time of the concurrency dimension: kernel | control | sum | auto (as abtest's).", choices=BASELINES)
+    control_args: str | None = opt(None, "--control-args", str, "With --baseline control: the ARGS that make each version sequential.")
     out: Path = out_opt()
     quiet: bool = quiet_opt()
 
@@ -80,6 +84,8 @@ class CmpSettings:
             raise UsageError(f"--alpha {self.alpha} is invalid: use 0 < alpha < 0.5 (e.g. 0.05)")
         if not 0 <= self.min_effect < 1:
             raise UsageError(f"--min-effect {self.min_effect} is invalid: a fraction, e.g. 0.05 for 5%")
+        if (self.baseline == "control") != (self.control_args is not None):
+            raise UsageError("--baseline control and --control-args go together: each version's control is the same binary launched with those ARGS")
 
 
 def _values(rows: list[dict[str, Any]], dim: str, version: str) -> list[dict[str, Any]]:
@@ -102,10 +108,19 @@ def _dim_batch(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dim_concurrency(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": "concurrency", "metric": f"speedup serial/concurrent at N={s['n']}, higher is better"}
+    baseline = s.get("baseline_used") or "kernel"
+    out: dict[str, Any] = {"name": "concurrency", "metric": f"speedup serial/concurrent at N={s['n']} (baseline {baseline}), higher is better", "baseline": baseline}
     samples, notes = {}, {}
     for v in ("old", "new"):
-        rs = _values(rows, "concurrency", v)
+        rs = _values(rows, "concurrency", v) + [r for r in rows if r.get("kind") == "cmp" and r.get("dim") == "concurrency" and r.get("version") == f"{v}-control"]
+        if baseline == "sum":
+            # one arm: the same turn's calls summed, over the span they took
+            ok = [r for r in rs if is_timing_sample(r) and r.get("tool_sum_ms") and r.get("tool_span_ms")]
+            samples[v] = [r["tool_sum_ms"] / r["tool_span_ms"] for r in ok]
+            out[f"{v}_errors"] = sum(1 for r in rs if r.get("outcome") == "error")
+            if len(ok) < MIN_SAMPLES:
+                notes[v] = f"unmeasurable: only {len(ok)} rounds ran every tool with their timestamps"
+            continue
         by_round: dict[int, dict[str, dict[str, Any]]] = {}
         for r in rs:
             by_round.setdefault(r["round"], {})[r["arm"]] = r
@@ -207,10 +222,20 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
     for label, spec in (("old", old_spec), ("new", new_spec)):
         ls = LaunchSettings(target=spec, mechanism=settings.mechanism, tool_ms=settings.tool_ms, contract_pairs=settings.contract)
         targets[label] = Target(Access(launch=ls), label=label)
+    contracts = {v: t.access.launch.contract for v, t in targets.items()}
+    baseline = resolve_baseline(settings.baseline, contracts["old"])
+    resolve_baseline(settings.baseline, contracts["new"])  # the same rule must fit NEW too
+    if baseline == "control":
+        for label in ("old", "new"):
+            ls = targets[label].access.launch
+            spec = replace(ls.target, extra_args=ls.target.extra_args + tuple(shlex.split(settings.control_args or "")), name=f"{ls.target.name} (control)")
+            targets[f"{label}-control"] = Target(Access(launch=replace(ls, target=spec, contract_pairs=ls.contract_pairs + ("batch=serial",))), label=f"{label}-control")
 
     async def body(run: Run) -> None:
         s = settings
         seqs = {v: Sequential(run, t, s.timeout_s, s.connect_timeout_s) for v, t in targets.items()}
+        # the concurrency dimension's serial arm: the kernel's own control, or a control launch
+        serial_of = {v: (seqs[f"{v}-control"] if baseline == "control" else seqs[v]) for v in ("old", "new")}
 
         def order(rnd: int) -> tuple[str, str]:
             return ("old", "new") if rnd % 2 == 0 else ("new", "old")  # ABBA
@@ -219,11 +244,16 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
             for rnd in range(s.rounds):
                 for v in order(rnd):
                     await seqs[v].turn(f"!slowbatch{s.n}", kind="cmp", dim="batch", round=rnd)
+            conc = f"!slowbatch{s.n}:{s.tool_ms}:0"
             for rnd in range(s.rounds):
                 for v in order(rnd):
-                    arms = (("concurrent", f"!slowbatch{s.n}:{s.tool_ms}:0"), ("serial", f"!serialbatch{s.n}:{s.tool_ms}:0"))
-                    for arm, marker in arms if rnd % 2 == 0 else arms[::-1]:
-                        await seqs[v].turn(marker, kind="cmp", dim="concurrency", round=rnd, arm=arm)
+                    if baseline == "sum":
+                        await seqs[v].turn(conc, kind="cmp", dim="concurrency", round=rnd, arm="concurrent")
+                        continue
+                    serial_marker = conc if baseline == "control" else f"!serialbatch{s.n}:{s.tool_ms}:0"
+                    arms = ((seqs[v], "concurrent", conc), (serial_of[v], "serial", serial_marker))
+                    for driver, arm, marker in arms if rnd % 2 == 0 else arms[::-1]:
+                        await driver.turn(marker, kind="cmp", dim="concurrency", round=rnd, arm=arm)
             for rnd in range(s.bombard_rounds):
                 for v in order(rnd):
                     run.check_alive()
@@ -236,8 +266,14 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
                 await q.aclose()
 
     s = settings
-    total = 2 * (s.rounds + 2 * s.rounds + s.bombard_rounds * s.bombard_conns + s.stability_rounds)
+    total = 2 * (s.rounds + (1 if baseline == "sum" else 2) * s.rounds + s.bombard_rounds * s.bombard_conns + s.stability_rounds)
     return await run_scenario(SCENARIO, settings, list(targets.values()), body, total=total)
+
+
+def _settings_json(s: CmpSettings, targets: Sequence[Target]) -> dict[str, Any]:
+    d = settings_json(s)
+    d["baseline_used"] = resolve_baseline(s.baseline, targets[0].contract) if targets else None
+    return d
 
 
 def render_cmp(doc: dict[str, Any], s: dict[str, Any]) -> str:
@@ -279,5 +315,6 @@ SCENARIO = Scenario(
     summarize=summarize_cmp,
     checks=cmp_checks,
     render=render_cmp,
+    to_json=_settings_json,
     access=False,
 )

@@ -171,3 +171,13 @@ async def test_abtest_against_a_control_launch_of_the_same_binary(tmp_path):
     # a "control" that is not sequential is refused, never a speedup
     bad = await run_abtest(AbtestSettings(ns=(4,), rounds=3, baseline="control", control_args="--batch parallel", out=tmp_path, quiet=True), access)
     assert bad.exit_code == 1 and "the control run ran concurrently" in bad.report
+
+
+@pytest.mark.parametrize("baseline, extra", [("sum", {}), ("control", {"control_args": "--batch serial"})])
+async def test_cmp_concurrency_with_other_baselines(tmp_path, baseline, extra):
+    s = CmpSettings(old="refkernel", new="refkernel --fault serial-tools", rounds=5, bombard_conns=4, bombard_rounds=1, stability_rounds=3,
+                    tool_ms=100, baseline=baseline, out=tmp_path, quiet=True, **extra)
+    r = await run_cmp(s)
+    conc = {d["name"]: d for d in r.summary["dimensions"]}["concurrency"]
+    assert conc["baseline"] == baseline and conc["verdict"] == "worse", r.report
+    assert conc["old"] > 2.5 and conc["new"] < 1.3
