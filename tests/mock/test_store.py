@@ -12,7 +12,7 @@ from mock.store import MAX_RECORDS, RECORD_FIELDS, Entry, VerdictStore
 ENTRY_KEYS = {
     "nonce", "plan", "marker", "quirk", "quirk_applied", "requests", "verdict", "verdicts", "text_verdict",
     "fault", "hung", "error", "tool_stream_end", "records", "records_dropped",
-    "history", "loop_step", "step_tool_ms", "past_final",
+    "history", "loop_step", "step_tool_ms", "past_final", "stamps",
 }  # fmt: skip
 
 
