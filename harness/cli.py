@@ -74,6 +74,8 @@ def _target_params() -> list[click.Parameter]:
         click.Option(["--mechanism"], type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True, help="Sandbox mechanism."),
         click.Option(["--tool-ms"], default=DEFAULT_TOOL_MS, show_default=True, type=int, help="Mock: base sleep of !slowbatch tools."),
         click.Option(["--mixed-ms"], default=DEFAULT_MIXED_MS, show_default=True, type=int, help="Mock: sleep of !mixed shell calls."),
+        click.Option(["--llm-api"], type=click.Choice(["chat", "responses", "anthropic"]), default=None,
+                     help="The LLM API the target speaks ({llm_api} in a target file; the reference kernel gets --llm-api). Default: the target file's, else chat."),
         click.Option(["--env", "env_pairs"], multiple=True, metavar="KEY=VALUE",
                      help="An environment variable for the target (repeatable; placeholders such as {llm_url}, {llm_root}, {token} are filled), e.g. --env OPENAI_BASE_URL={llm_url}."),
         click.Option(["--contract", "contract_pairs"], multiple=True, metavar="KEY=VALUE",
@@ -115,7 +117,7 @@ def _with(params: Callable[[], list[click.Parameter]]):
     return deco
 
 
-def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs=(), env_pairs=()):
+def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs=(), env_pairs=(), llm_api=None):
     from .launcher import LaunchSettings
     from .target import load_target, spec_from_flags
 
@@ -129,6 +131,10 @@ def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms
             spec = replace(spec, protocol=protocol)
     else:
         spec = spec_from_flags(bin_, tuple(args), tuple(extra), protocol)
+    if llm_api is not None:
+        from dataclasses import replace
+
+        spec = replace(spec, llm_api=llm_api)
     if env_pairs:
         from dataclasses import replace
 
@@ -156,7 +162,7 @@ def run_edge(make: Callable[[], Awaitable[Any]]) -> Any:
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the sandbox to be ready.")
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, env_pairs, contract_pairs, timeout, extra) -> None:
+def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs, timeout, extra) -> None:
     """Start the target and the mock in a private sandbox, detached; print
     `socket:` and `state:` lines. ARGS after `--` go to the target."""
     from .supervisor import start_detached
@@ -164,7 +170,7 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
 
     if not 0 < timeout <= 3600:
         raise UsageError(f"--timeout {timeout!r} is invalid: the seconds to wait for the sandbox, more than 0 and at most 3600")
-    launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs)  # validate here, fail fast
+    launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api)  # validate here, fail fast
     argv = []
     if target_file is not None:
         argv += ["--target", str(target_file)]
@@ -178,6 +184,8 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
         argv += ["--contract", c]
     for e in env_pairs:
         argv += ["--env", e]
+    if llm_api is not None:
+        argv += ["--llm-api", llm_api]
     argv += ["--mechanism", mechanism, "--tool-ms", str(tool_ms), "--mixed-ms", str(mixed_ms), "--", *extra]
     state_path, state = start_detached(argv, timeout)
     click.echo(f"socket: {state['socket']}")
@@ -189,11 +197,11 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
 @cli.command("supervise", hidden=True)
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def supervise_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, env_pairs, contract_pairs, extra) -> None:
+def supervise_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs, extra) -> None:
     from .supervisor import supervise
 
     try:
-        settings = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs)
+        settings = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api)
     except KstressError as exc:
         click.echo(f"error {exc.exit_code} {exc}")
         sys.exit(exc.exit_code)
@@ -276,12 +284,12 @@ def kcli_shell(state, socket, token, protocol, connect_timeout, timeout) -> None
 # --- scenarios ----------------------------------------------------------------------
 
 
-def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, env_pairs, contract_pairs):
+def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs):
     from .contract import OTHER, merged
     from .sut import Access
 
     if launch:
-        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs)
+        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api)
         if tools_file is not None:
             # the sandbox's mock plans with it, and the run judges with it
             from dataclasses import replace
@@ -291,7 +299,7 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
             load_catalog_file(tools_file, "--tools")
             ls = replace(ls, target=replace(ls.target, tools=str(Path(tools_file).resolve())))
         return Access(launch=ls, tool_ms=tool_ms, mixed_ms=mixed_ms)
-    if target_file or bin_ or args or extra or env_pairs:
+    if target_file or bin_ or args or extra or env_pairs or llm_api:
         raise UsageError("target options (--target/--bin/--arg/--env/ARGS) need --launch; without it the running sandbox is used")
     if tools_file is not None and socket is None:
         raise UsageError("--tools needs --launch (the catalog of the sandbox's mock) or --socket (the catalog to judge by); a running sandbox has its own")
@@ -302,7 +310,7 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
                   contract_pairs=tuple(contract_pairs), mock=mock_addr)
 
 
-_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "mechanism", "tool_ms", "mixed_ms", "env_pairs", "contract_pairs")
+_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "mechanism", "tool_ms", "mixed_ms", "llm_api", "env_pairs", "contract_pairs")
 _CLICK_TYPES = {int: int, float: float, str: str, Path: click.Path(path_type=Path)}
 
 

@@ -275,6 +275,7 @@ class Launch:
             "llm_url": self.llm_url,
             # the same mock without /v1: what SDKs that add their own path want (ANTHROPIC_BASE_URL)
             "llm_root": self.llm_url.removesuffix("/v1"),
+            "llm_api": self.spec.llm_api,
             "data_dir": str(self.data_dir),
             "token": self.token,
             "run_dir": str(self.run_dir),
@@ -352,6 +353,7 @@ class Launch:
             "tools": self.spec.tools,
             "results": str(self.results) if self.results else None,
             "contract": self.settings.contract.to_json(),
+            "llm_api": self.spec.llm_api,
             "label": self.label,
             "updated": time.time(),
             **extra,

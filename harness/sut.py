@@ -211,6 +211,7 @@ class Target:
             self.meta = {
                 "name": L.spec.name, "argv": redact(L.argv, (L.token,)), "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
                 "namespace": L.sandbox.name, "mechanism": L.sandbox.mechanism, "sandbox_dir": str(L.run_dir), "launched": True,
+                "llm_api": L.spec.llm_api,
             }
             if self.label:
                 self.meta["label"] = self.label

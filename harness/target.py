@@ -3,7 +3,7 @@
 From flags (``--bin PATH`` + ``--arg ...``) or a TOML file (``--target FILE``).
 The argv is a template; placeholders are filled at launch:
 
-    {bin} {socket} {llm_url} {llm_root} {data_dir} {token} {run_dir} {config}
+    {bin} {socket} {llm_url} {llm_root} {llm_api} {data_dir} {token} {run_dir} {config}
 """
 
 from __future__ import annotations
@@ -22,16 +22,17 @@ from typing import Any, Mapping
 
 from mock.catalog import Catalog, load_catalog
 from mock.errors import ConfigError
+from mock.markers import DIALECTS
 
 from .contract import OTHER, REFKERNEL, Contract, merged
 from .errors import UsageError
 
-PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "llm_root", "data_dir", "token", "run_dir", "config"})
+PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "llm_root", "llm_api", "data_dir", "token", "run_dir", "config"})
 _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
 DEFAULT_ARGV = ("{bin}", "--socket", "{socket}", "--llm-url", "{llm_url}", "--data-dir", "{data_dir}", "--token", "{token}")
 # The reference kernel takes its token from the environment: on its command
 # line any local user could read it with ps.
-REFKERNEL_ARGV = DEFAULT_ARGV[:-2]
+REFKERNEL_ARGV = DEFAULT_ARGV[:-2] + ("--llm-api", "{llm_api}")
 REFKERNEL_ENV = MappingProxyType({"REFKERNEL_TOKEN": "{token}"})
 REDACTED = "[redacted]"
 
@@ -98,6 +99,7 @@ class TargetSpec:
     tools: str | None = None  # tool catalog file for the mock
     source: str = "flags"
     contract: Mapping[str, Any] = field(default_factory=dict)  # the target file's [contract] table
+    llm_api: str = "chat"  # the LLM API the kernel speaks: chat | responses | anthropic ({llm_api})
 
     def __post_init__(self) -> None:
         where = f"target {self.source}"
@@ -121,6 +123,8 @@ class TargetSpec:
             raise UsageError(f"{where}: stop_grace_s={self.stop_grace_s} is invalid; use 0 to 120")
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "contract", MappingProxyType(dict(self.contract)))
+        if self.llm_api not in DIALECTS:
+            raise UsageError(f"{where}: llm_api={self.llm_api!r} is unknown: the mock speaks {', '.join(DIALECTS)}")
         merged(OTHER, self.contract, where=where)  # a bad [contract] fails here, naming the file
         if not self.name:
             object.__setattr__(self, "name", Path(self.bin).name)
@@ -219,7 +223,7 @@ def load_target(path: str | Path) -> TargetSpec:
     contract = data.get("contract", {})
     if not isinstance(contract, dict):
         raise UsageError(f"target file {p}: contract must be a table ([contract]), see docs/targets.md")
-    known = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args"}
+    known = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args", "llm_api"}
     unknown = set(t) - known
     if unknown:
         raise UsageError(f"target file {p}: unknown keys {sorted(unknown)} in [target]; known: {sorted(known)}")
@@ -249,7 +253,7 @@ def load_target(path: str | Path) -> TargetSpec:
         if not isinstance(t["args"], list) or not all(isinstance(a, str) for a in t["args"]):
             raise UsageError(f"target file {p}: args must be a list of strings")
         kw["extra_args"] = tuple(t["args"])
-    for key in ("name", "ready", "protocol"):
+    for key in ("name", "ready", "protocol", "llm_api"):
         if key in t:
             if not isinstance(t[key], str):
                 raise UsageError(f"target file {p}: {key} must be a string")

@@ -65,6 +65,7 @@ class CmpSettings:
     connect_timeout_s: float = connect_opt()
     mechanism: str = opt("auto", "--mechanism", str, "Sandbox mechanism.", choices=("auto", "netns", "userns"))
     contract: tuple[str, ...] = contract_opt()  # both versions
+    llm_api: str | None = opt(None, "--llm-api", str, "The LLM API both versions speak (default: each one's target file, else chat).", choices=("chat", "responses", "anthropic"))
     baseline: str = opt("auto", "--baseline", str, "The serial time of the concurrency dimension: kernel | control | sum | auto (as abtest's).", choices=BASELINES)
     control_args: str | None = opt(None, "--control-args", str, "With --baseline control: the ARGS that make each version sequential.")
     out: Path = out_opt()
@@ -220,6 +221,8 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
     old_spec, new_spec = target_from_arg(settings.old), target_from_arg(settings.new)
     targets = {}
     for label, spec in (("old", old_spec), ("new", new_spec)):
+        if settings.llm_api is not None:
+            spec = replace(spec, llm_api=settings.llm_api)
         ls = LaunchSettings(target=spec, mechanism=settings.mechanism, tool_ms=settings.tool_ms, contract_pairs=settings.contract)
         targets[label] = Target(Access(launch=ls), label=label)
     contracts = {v: t.access.launch.contract for v, t in targets.items()}

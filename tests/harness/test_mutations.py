@@ -12,6 +12,8 @@ from harness.scenarios import AbtestSettings, BatchSettings, StressSettings, run
 from harness.results import read_jsonl
 
 pytestmark = pytest.mark.slow
+# the whole suite runs on each LLM API the reference kernel speaks
+DIALECTS = ("chat", "responses", "anthropic")
 
 
 async def batch(kernel, out, **kw):
@@ -30,8 +32,9 @@ async def batch(kernel, out, **kw):
         ("drop-last-result", {"!batch2": "count 1/2", "!batch4": "count 3/4", "!slowbatch4": "count 3/4"}),
     ],
 )
-async def test_batch_catches(kernel_factory, out_dir, fault, must):
-    async with kernel_factory("--fault", fault, tool_ms=100) as k:
+@pytest.mark.parametrize("api", DIALECTS)
+async def test_batch_catches(kernel_factory, out_dir, fault, must, api):
+    async with kernel_factory("--fault", fault, "--llm-api", api, tool_ms=100) as k:
         r = await batch(k, out_dir)
     assert r.exit_code == 1, r.report
     by_marker = {}
@@ -42,15 +45,17 @@ async def test_batch_catches(kernel_factory, out_dir, fault, must):
     assert "FAIL every batch turn passed its verdict" in r.report
 
 
-async def test_batch_passes_without_fault(kernel_factory, out_dir):
-    async with kernel_factory(tool_ms=100) as k:
+@pytest.mark.parametrize("api", DIALECTS)
+async def test_batch_passes_without_fault(kernel_factory, out_dir, api):
+    async with kernel_factory("--llm-api", api, tool_ms=100) as k:
         for _ in range(2):  # repeatedly
             r = await batch(k, out_dir)
             assert r.exit_code == 0 and r.passed, r.report
 
 
-async def test_abtest_catches_serial_tools(kernel_factory, out_dir):
-    async with kernel_factory("--fault", "serial-tools", tool_ms=100) as k:
+@pytest.mark.parametrize("api", DIALECTS)
+async def test_abtest_catches_serial_tools(kernel_factory, out_dir, api):
+    async with kernel_factory("--fault", "serial-tools", "--llm-api", api, tool_ms=100) as k:
         r = await run_abtest(AbtestSettings(ns=(4,), rounds=3, out=out_dir, quiet=True), k.access())
     assert r.exit_code == 1
     row = r.summary["rows"][0]
@@ -74,15 +79,17 @@ async def test_abtest_measures_speedup(kernel_factory, out_dir):
         ("hide-error-frames", "!err:500:1", "missing_verdict"),
     ],
 )
-async def test_stress_catches(kernel_factory, out_dir, fault, mix, expected):
-    async with kernel_factory("--fault", fault) as k:
+@pytest.mark.parametrize("api", DIALECTS)
+async def test_stress_catches(kernel_factory, out_dir, fault, mix, expected, api):
+    async with kernel_factory("--fault", fault, "--llm-api", api) as k:
         r = await run_stress(StressSettings(conns=4, inputs=2, mix=mix, dedup_probe=False, out=out_dir, quiet=True), k.access())
     assert r.exit_code == 1
     assert set(r.summary["failures"]) == {expected}, r.summary["failures"]
 
 
-async def test_stress_dedup_probe_catches_no_dedup(kernel_factory, out_dir):
-    async with kernel_factory("--fault", "no-dedup") as k:
+@pytest.mark.parametrize("api", DIALECTS)
+async def test_stress_dedup_probe_catches_no_dedup(kernel_factory, out_dir, api):
+    async with kernel_factory("--fault", "no-dedup", "--llm-api", api) as k:
         r = await run_stress(StressSettings(conns=2, inputs=2, mix="!batch2", out=out_dir, quiet=True), k.access())
     assert r.exit_code == 1 and r.summary["passed"] == r.summary["attempted"]
     probe = [c for c in r.checks if "replay guard" in c.name][0]
