@@ -81,7 +81,7 @@ def _access_params() -> list[click.Parameter]:
     return [
         click.Option(["--launch"], is_flag=True, help="Start an own sandbox for this run (with the target options) instead of using the running one."),
         click.Option(["--state"], type=click.Path(dir_okay=False, path_type=Path), help="State file of a running sandbox (default: the current one)."),
-        click.Option(["--socket"], type=click.Path(path_type=Path), help="A kernel socket to drive directly, without a sandbox."),
+        click.Option(["--socket"], metavar="ADDR", help="A kernel to drive directly, without a sandbox: unix:PATH (or PATH), tcp:HOST:PORT or ws://HOST:PORT/PATH (loopback only)."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog: the sandbox mock's with --launch, the one to judge by with --socket."),
         *_target_params(),
@@ -92,7 +92,7 @@ def _access_params() -> list[click.Parameter]:
 def _endpoint_params() -> list[click.Parameter]:
     return [
         click.Option(["--state"], type=click.Path(dir_okay=False, path_type=Path), help="State file of a sandbox."),
-        click.Option(["--socket"], type=click.Path(path_type=Path), help="Kernel socket (instead of a sandbox)."),
+        click.Option(["--socket"], metavar="ADDR", help="A kernel instead of a sandbox: unix:PATH (or PATH), tcp:HOST:PORT or ws://HOST:PORT/PATH (loopback only)."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
         click.Option(["--connect-timeout", "connect_timeout"], type=float, default=5.0, show_default=True, help="Seconds to connect and authenticate."),

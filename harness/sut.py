@@ -36,6 +36,7 @@ from .protocol import FrameKind, Protocol, ProtocolError, load_protocol
 from .state import SandboxState
 from .supervisor import require_running
 from .target import load_catalog_file, redact
+from .transport import Address, parse_address
 
 ALIVE_EVERY_S = 0.05
 
@@ -82,7 +83,7 @@ class Access:
 
     launch: LaunchSettings | None = None
     state: Path | None = None
-    socket: Path | None = None
+    socket: str | Path | None = None  # a --socket form (harness/transport.py); a Path is a unix socket
     token: str | None = None
     protocol: str | None = None
     tool_ms: int = DEFAULT_TOOL_MS
@@ -98,7 +99,8 @@ class Target:
         self.label = label
         self.launch: Launch | None = None
         self.owned = access.launch is not None
-        self.socket = ""
+        self.socket = ""  # the address as messages name it
+        self.address: Address | None = None
         self.token: str | None = None
         self.protocol: Protocol = Protocol()
         self.tool_ms = access.tool_ms
@@ -130,15 +132,18 @@ class Target:
             if spec.tools:
                 self.catalog = load_catalog_file(spec.tools, f"target {spec.source}: tools")
         elif a.socket is not None:
-            self.socket, self.token = str(a.socket), a.token
+            self.address = Address("unix", path=str(a.socket)) if isinstance(a.socket, Path) else parse_address(a.socket)
+            self.socket, self.token = str(self.address), a.token
             self.protocol = load_protocol(a.protocol)
             if a.tools:
                 self.catalog = load_catalog_file(a.tools, "--tools")
-            check_socket_path(a.socket)
-            self.meta = {"name": "socket", "socket": self.socket, "launched": False}
+            if self.address.scheme == "unix":
+                check_socket_path(Path(self.address.path))
+            self.meta = {"name": "socket", "socket": self.socket, "transport": self.address.scheme, "launched": False}
         else:
             s = require_running(a.state).state
             self._sandbox = s
+            self.address = Address("unix", path=s.socket)
             self.socket, self.token = s.socket, a.token or s.token
             self.protocol = load_protocol(a.protocol or s.protocol)
             self.tool_ms, self.mixed_ms = s.tool_ms, s.mixed_ms
@@ -188,6 +193,7 @@ class Target:
             L = self.launch = Launch(a.launch)
             L.results, L.label = self.results, self.label
             await self._stack.enter_async_context(L)
+            self.address = Address("unix", path=str(L.socket_path))
             self.socket, self.token = str(L.socket_path), L.token
             self.target_pid = L.target_proc.pid if L.target_proc else None
             self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir else None
@@ -211,7 +217,8 @@ class Target:
     # --- driving ----------------------------------------------------------------------
 
     def client(self, **kw: Any) -> KernelClient:
-        return KernelClient(self.socket, self.token, self.protocol, **kw)
+        assert self.address is not None, "prepare() first"
+        return KernelClient(self.address, self.token, self.protocol, **kw)
 
     def plan(self, text: str) -> Plan:
         return build_plan(text, self.catalog, self.tool_ms, self.mixed_ms)
