@@ -3,7 +3,7 @@
 Connect (harness/transport.py: a unix connect retried on EAGAIN -- a full
 listen backlog makes a non-blocking unix connect fail with EAGAIN, and
 asyncio's open_unix_connection would hand back an unconnected socket -- a
-loopback TCP connect), consume
+loopback TCP connect, or one opened inside a sandbox by its connector), consume
 the auth ack before anything else, send inputs with a unique nonce, and collect
 each turn's frames until its terminal frame, an error frame for it, a
 deadline, or the connection's end. Over a byte stream the adapter's
@@ -26,7 +26,7 @@ from mock.markers import compose
 
 from .aio import grace
 from .protocol import FrameKind, HandshakeError, Protocol, ProtocolError
-from .transport import CAPACITY_ERRNOS, Address, ConnError, open_socket, open_unix, parse_address  # noqa: F401 - re-exported
+from .transport import CAPACITY_ERRNOS, Address, ConnError, Dialer, open_socket, open_unix, parse_address  # noqa: F401 - re-exported
 
 READ_LIMIT = 1 << 21  # above the protocol's 1 MiB frame limit
 
@@ -110,7 +110,8 @@ class KernelClient:
     """``async with KernelClient(address, token) as c: turn = await c.turn("!batch4")``
 
     ``address``: an :class:`Address`, a string in one of the ``--socket``
-    forms, or a path (a unix socket)."""
+    forms, or a path (a unix socket). ``dialer``: the connector client to
+    share when the address is inside a sandbox (else one per connect)."""
 
     def __init__(
         self,
@@ -120,6 +121,7 @@ class KernelClient:
         connect_timeout_s: float = 10.0,
         nonce_prefix: str = "k",
         retry_refused: bool = False,
+        dialer: Dialer | None = None,
     ) -> None:
         if isinstance(address, Address):
             self.address = address
@@ -133,6 +135,7 @@ class KernelClient:
         self.connect_timeout_s = connect_timeout_s
         self.nonce_prefix = nonce_prefix
         self.retry_refused = retry_refused
+        self.dialer = dialer
         self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=NOTIFY_KEPT)
         self.notify_count = 0
         self.stash_dropped = 0
@@ -150,7 +153,7 @@ class KernelClient:
 
     async def connect(self) -> "KernelClient":
         deadline = time.monotonic() + self.connect_timeout_s
-        sock = await open_socket(self.address, deadline, self.retry_refused)
+        sock = await open_socket(self.address, deadline, self.retry_refused, self.dialer)
         try:
             if self.address.scheme == "ws":
                 await self._open_ws(sock, deadline)

@@ -5,7 +5,11 @@ socket to one.
     tcp:HOST:PORT               TCP, HOST a loopback address (127.0.0.0/8, localhost, [::1])
     ws://HOST:PORT[/PATH]       a WebSocket over such a TCP connection (also ws:HOST:PORT[/PATH])
 
-The result is a connected socket, which the client wraps in an asyncio stream
+An :class:`Address` with ``via`` set names a TCP port inside a sandbox's
+private network namespace: from outside it is reached through the sandbox's
+connector (harness/connector.py), which opens the connection in there and
+hands the fd over a unix socket; :class:`Dialer` is its client. Either way
+the result is a connected socket, which the client wraps in an asyncio stream
 (unix, tcp) or an aiohttp WebSocket (harness/wsconn.py): aiohttp never dials
 itself, so the connect taxonomy and deadline are the same on every transport.
 
@@ -23,6 +27,7 @@ Connect failures are :class:`ConnError`, by kind:
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import ipaddress
 import os
@@ -32,7 +37,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import UsageError
+from .errors import ConnectorGone, UsageError
 
 # Errors that mean "the machine ran out of something", counted as capacity
 # errors rather than as failures of the kernel.
@@ -42,6 +47,8 @@ CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 TCP_CAPACITY_ERRNOS = CAPACITY_ERRNOS | {errno.EADDRNOTAVAIL}
 SCHEMES = ("unix", "tcp", "ws")
 FORMS = "unix:PATH (or a bare PATH), tcp:HOST:PORT or ws://HOST:PORT/PATH"
+FDS_PER_MESSAGE = 253  # SCM_MAX_FD: the most fds one unix-socket message may carry
+DIAL_INFLIGHT = 1024  # connections asked of a connector and not yet received
 
 
 class ConnError(Exception):
@@ -59,13 +66,15 @@ class ConnError(Exception):
 
 @dataclass(frozen=True)
 class Address:
-    """Where a kernel listens."""
+    """Where a kernel listens. ``via``: the socket of the sandbox connector
+    that reaches HOST:PORT inside the sandbox's namespace (None: directly)."""
 
     scheme: str  # unix | tcp | ws
     path: str = ""  # unix
     host: str = ""  # tcp, ws (an IPv6 address without brackets)
     port: int = 0
     url_path: str = "/"  # ws
+    via: str | None = None
 
     @property
     def hostport(self) -> str:
@@ -82,7 +91,8 @@ class Address:
 
     def __str__(self) -> str:
         # a unix socket is named by its path, as every message always did
-        return self.path if self.scheme == "unix" else self.url
+        shown = self.path if self.scheme == "unix" else self.url
+        return f"{shown} (in the sandbox)" if self.via else shown
 
 
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
@@ -200,7 +210,8 @@ async def open_unix(
 
 
 def tcp_error(err: int, where: str) -> ConnError:
-    """The ConnError of a failed TCP connect, by its errno."""
+    """The ConnError of a failed TCP connect, by its errno (also what a
+    sandbox's connector reports for one it opened inside)."""
     name = errno.errorcode.get(err, str(err))
     if err == errno.ECONNREFUSED:
         return ConnError("refused", f"{where}: connection refused (nobody listening)")
@@ -253,8 +264,212 @@ async def open_tcp(
         delay = min(delay * 2, 0.05)
 
 
-async def open_socket(address: Address, deadline: float, retry_refused: bool = False) -> socket.socket:
-    """A connected socket to ``address``: unix or TCP."""
+async def open_socket(address: Address, deadline: float, retry_refused: bool = False, dialer: "Dialer | None" = None) -> socket.socket:
+    """A connected socket to ``address``: unix, TCP directly, or TCP inside a
+    sandbox through its connector (``dialer`` when the caller shares one;
+    else one is made for this connection and closed)."""
     if address.scheme == "unix":
         return await open_unix(address.path, deadline, retry_refused)
-    return await open_tcp(address, deadline, retry_refused)
+    if address.via is None:
+        return await open_tcp(address, deadline, retry_refused)
+    if dialer is not None:
+        return await dialer.dial(deadline)
+    own = Dialer(address)
+    try:
+        return await own.dial(deadline)
+    finally:
+        await own.aclose()
+
+
+# --------------------------------------------------------------------------- the connector's client
+
+
+class Dialer:
+    """TCP connections to a kernel inside a sandbox's namespace, opened there
+    by the sandbox's connector (harness/connector.py) and received as fds, so
+    the harness process never enters the namespace.
+
+    One control connection (a SOCK_SEQPACKET unix socket) for every client of
+    a run: the dials of one event-loop turn go out as one request, the
+    connector answers up to FDS_PER_MESSAGE a message, and at most
+    DIAL_INFLIGHT connections are asked for and not yet received -- the rest
+    wait their turn here, so neither side ever holds more fds than that beyond
+    the connections in use. Outcomes are handed to the waiting dials in order;
+    one that arrives for a dial that gave up is closed."""
+
+    def __init__(self, address: Address) -> None:
+        if address.via is None:
+            raise ValueError(f"{address.url} is not inside a sandbox: it needs no connector")
+        self.address = address
+        self.path = address.via
+        self._where = f"{address.url} (inside the sandbox, through its connector {address.via})"
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = asyncio.Lock()
+        self._waiters: collections.deque[asyncio.Future[socket.socket]] = collections.deque()
+        self._unasked = 0
+        self._asked = 0
+        self._latest = 0.0  # the latest deadline of the dials not yet asked for
+        self._flush_scheduled = False
+        self._writing = False
+        self._broken: str | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> "Dialer":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def dial(self, deadline: float) -> socket.socket:
+        """One connected socket, or ConnError (as open_tcp's), by the deadline
+        (time.monotonic()); ConnectorGone when the connector is not there."""
+        if self._closed:
+            raise ConnError("closed", f"{self._where}: the dialer is closed")
+        await self._open(deadline)
+        assert self._loop is not None
+        fut: asyncio.Future[socket.socket] = self._loop.create_future()
+        self._waiters.append(fut)
+        self._unasked += 1
+        self._latest = max(self._latest, deadline)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)  # the other dials of this turn go in the same request
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await fut
+        except BaseException as exc:
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled() and fut.exception() is None:
+                fut.result().close()  # it arrived as we gave up: nobody else will close it
+            if isinstance(exc, TimeoutError):
+                raise tcp_error(errno.ETIMEDOUT, self._where) from None
+            raise
+
+    async def _open(self, deadline: float) -> None:
+        if self._broken is not None:
+            raise ConnectorGone(self._broken)
+        if self._sock is not None:
+            return
+        async with self._lock:
+            if self._broken is not None:
+                raise ConnectorGone(self._broken)
+            if self._sock is not None:
+                return  # opened by another dial meanwhile
+            try:
+                sock = await open_unix(self.path, deadline, sock_type=socket.SOCK_SEQPACKET)
+            except ConnError as exc:
+                if exc.kind in ("no_socket", "refused"):
+                    raise ConnectorGone(f"the sandbox's connector is gone ({exc}): the sandbox is stopping, or its connector died") from None
+                raise
+            if self._closed:
+                sock.close()
+                raise ConnError("closed", f"{self._where}: the dialer is closed")
+            self._loop = asyncio.get_running_loop()
+            self._sock = sock
+            self._loop.add_reader(sock.fileno(), self._readable)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        sock = self._sock
+        if sock is None or self._writing:
+            return
+        n = min(self._unasked, DIAL_INFLIGHT - self._asked)
+        if n <= 0:
+            return
+        ms = max(1, int((self._latest - time.monotonic()) * 1000))
+        try:
+            sock.send(b"%d %d" % (n, ms))
+        except BlockingIOError:
+            # the connector reads no more requests until it sent what it owes
+            self._writing = True
+            assert self._loop is not None
+            self._loop.add_writer(sock.fileno(), self._writable)
+            return
+        except OSError as exc:
+            self._break(f"the sandbox's connector {self.path} went away ({exc})")
+            return
+        self._unasked -= n
+        self._asked += n
+        if not self._unasked:
+            self._latest = 0.0
+
+    def _writable(self) -> None:
+        self._writing = False
+        if self._sock is not None and self._loop is not None:
+            self._loop.remove_writer(self._sock.fileno())
+        self._flush()
+
+    def _readable(self) -> None:
+        sock = self._sock
+        while sock is not None:
+            try:
+                data, fds, _flags, _ = socket.recv_fds(sock, 8192, FDS_PER_MESSAGE, socket.MSG_CMSG_CLOEXEC)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self._break(f"the sandbox's connector {self.path} went away ({exc})")
+                return
+            if not data and not fds:
+                self._break(f"the sandbox's connector {self.path} closed its connection: the sandbox is stopping, or its connector died")
+                return
+            given = iter(fds)
+            for code in data.split():
+                self._asked -= 1
+                err = int(code)
+                if err:
+                    self._deliver(tcp_error(err, self._where))
+                    continue
+                fd = next(given, None)
+                if fd is None:
+                    # MSG_CTRUNC: the kernel could not install the fd here (RLIMIT_NOFILE)
+                    self._deliver(ConnError("capacity", f"{self._where}: EMFILE: the connection's fd could not be received", detail="EMFILE"))
+                    continue
+                conn = socket.socket(fileno=fd)
+                conn.setblocking(False)
+                self._deliver(conn)
+            for fd in given:  # more fds than outcomes: never from our connector
+                os.close(fd)
+            sock = self._sock
+        if self._unasked and not self._flush_scheduled:
+            self._flush()
+
+    def _deliver(self, outcome: socket.socket | ConnError) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if fut.done():
+                continue  # gave up (deadline, cancelled)
+            if isinstance(outcome, ConnError):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
+            return
+        if isinstance(outcome, socket.socket):
+            outcome.close()
+
+    def _break(self, reason: str) -> None:
+        self._broken = reason
+        self._drop(lambda: ConnectorGone(reason))
+
+    def _drop(self, error: Callable[[], BaseException]) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(sock.fileno())
+                if self._writing:
+                    self._loop.remove_writer(sock.fileno())
+            sock.close()
+        self._writing = False
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(error())
+        self._unasked = self._asked = 0
+
+    async def aclose(self) -> None:
+        """Idempotent: the control connection goes; dials still waiting fail (closed)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._drop(lambda: ConnError("closed", f"{self._where}: the dialer was closed"))

@@ -1,7 +1,10 @@
 """The transports to a kernel (harness/transport.py, harness/wsconn.py): the
 --socket forms, the TCP connect taxonomy, the bounds and failure reasons of
 harness/client.py over TCP and a WebSocket (flood, protocol errors, reset, a
-peer that never reads), and a custom adapter over a WebSocket."""
+peer that never reads), a custom adapter over a WebSocket, and the sandbox
+connector's client against a connector on the host. No namespaces here: the
+connector inside a sandbox is tests/harness/sandbox, launched kernels
+tests/e2e/test_transports.py."""
 
 from __future__ import annotations
 
@@ -21,9 +24,9 @@ import pytest
 from aiohttp import web
 
 from harness.client import READ_LIMIT, KernelClient
-from harness.errors import UsageError
+from harness.errors import ConnectorGone, UsageError
 from harness.protocol import FrameKind, Protocol, ProtocolError
-from harness.transport import Address, ConnError, open_tcp, parse_address
+from harness.transport import DIAL_INFLIGHT, Address, ConnError, Dialer, open_tcp, parse_address
 from waiting import await_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -405,6 +408,135 @@ def test_the_default_message_framing():
     for data, words in [(b"{}", "binary"), ("[1]", "not an object"), ("{nope", "not JSON")]:
         with pytest.raises(ProtocolError, match=words):
             p.decode_message(data)
+
+
+# --------------------------------------------------------------------------- the connector's client, on the host
+
+
+@contextlib.asynccontextmanager
+async def connector_to(port: int, tmp_path: Path):
+    """harness.connector on the host (no namespace), connecting to 127.0.0.1:PORT."""
+    path = tmp_path / "c.sock"
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "harness.connector", "--unix", str(path), "--port", str(port),
+                                                cwd=REPO, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE)
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 20)
+        assert line.decode() == f"connector listening on {path} port {port}\n", line
+        yield proc, Address("tcp", host="127.0.0.1", port=port, via=str(path))
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await asyncio.wait_for(proc.wait(), 10)
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_the_dialer_batches_bounds_and_cleans_up(tmp_path):
+    accepted = []
+
+    async def hold(reader, writer):
+        accepted.append(writer)
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0, backlog=4096)
+    port = server.sockets[0].getsockname()[1]
+    fds0 = _fds()
+    try:
+        async with connector_to(port, tmp_path) as (proc, addr):
+            async with Dialer(addr) as d:
+                # more than one message's worth of fds, more than the in-flight bound
+                n = DIAL_INFLIGHT + 300
+                socks = await asyncio.gather(*(d.dial(time.monotonic() + 30) for _ in range(n)))
+                assert {s.getpeername() for s in socks} == {("127.0.0.1", port)} and len({s.fileno() for s in socks}) == n
+                await await_until(lambda: len(accepted) >= n, 10, f"{n} connections accepted")
+                for s in socks:
+                    s.close()
+                # dials that give up: whatever arrives for them later is closed, not leaked
+                before = _fds()
+                tasks = [asyncio.create_task(d.dial(time.monotonic() + 30)) for _ in range(300)]
+                await asyncio.sleep(0)
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await await_until(lambda: len(accepted) >= n + 300, 10, "the abandoned connections to arrive")
+                await await_until(lambda: _fds() <= before, 10, "the abandoned connections' fds to be closed")
+                # and the dialer still works
+                s = await d.dial(time.monotonic() + 10)
+                s.close()
+        assert _fds() <= fds0 + 1, (fds0, _fds())  # +1: asyncio's self-pipe may be new
+    finally:
+        for w in accepted:
+            w.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_refused_dial_and_a_dead_connector_are_named(tmp_path):
+    port = _free_port()
+    async with connector_to(port, tmp_path) as (proc, addr):
+        async with Dialer(addr) as d:
+            with pytest.raises(ConnError) as info:
+                await d.dial(time.monotonic() + 5)
+            assert info.value.kind == "refused" and "inside the sandbox" in str(info.value)
+            proc.kill()
+            await proc.wait()
+            with pytest.raises(ConnectorGone):
+                await d.dial(time.monotonic() + 5)
+    # a connector that was never there: the kstress side failed, exit 5, not a refused kernel
+    with pytest.raises(ConnectorGone) as info:
+        await KernelClient(addr, "tok", connect_timeout_s=2).connect()
+    assert info.value.exit_code == 5
+
+
+async def test_a_full_backlog_through_the_connector_is_named(tmp_path):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    try:
+        async with connector_to(srv.getsockname()[1], tmp_path) as (_, addr):
+            async with Dialer(addr) as d:
+                results = await asyncio.gather(*(d.dial(time.monotonic() + 1.0) for _ in range(4)), return_exceptions=True)
+        kinds = sorted("connected" if isinstance(r, socket.socket) else r.kind for r in results)
+        for r in results:
+            if isinstance(r, socket.socket):
+                r.close()
+        assert "backlog_full" in kinds and "connected" in kinds, kinds
+    finally:
+        srv.close()
+
+
+EMFILE_PROG = r"""
+import asyncio, json, resource, sys, time
+from harness.transport import Address, ConnError, Dialer
+async def main():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    addr = Address("tcp", host="127.0.0.1", port=int(sys.argv[2]), via=sys.argv[1])
+    async with Dialer(addr) as d:
+        got = await asyncio.gather(*(d.dial(time.monotonic() + 10) for _ in range(200)), return_exceptions=True)
+    print(json.dumps(sorted({"ok" if not isinstance(g, BaseException) else f"{g.kind}:{g.detail}" for g in got})))
+asyncio.run(main())
+"""
+
+
+async def test_running_out_of_fds_here_is_a_capacity_error(tmp_path):
+    writers = []
+    server = await asyncio.start_server(lambda r, w: writers.append(w), "127.0.0.1", 0, backlog=4096)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with connector_to(port, tmp_path) as (_, addr):
+            p = await asyncio.create_subprocess_exec(sys.executable, "-c", EMFILE_PROG, addr.via, str(port), cwd=REPO,
+                                                     env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(p.communicate(), 60)
+        assert p.returncode == 0, err.decode()
+        assert json.loads(out) == ["capacity:EMFILE", "ok"], out
+    finally:
+        for w in writers:
+            w.close()
+        server.close()
+        await server.wait_closed()
 
 
 # --------------------------------------------------------------------------- a real kernel on the host's loopback
