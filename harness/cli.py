@@ -71,6 +71,7 @@ def _target_params() -> list[click.Parameter]:
         click.Option(["--bin", "bin_"], help="Binary to run (default: the reference kernel)."),
         click.Option(["--arg", "args"], multiple=True, help="Extra argument for the binary (repeatable)."),
         click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
+        click.Option(["--listen"], type=click.Choice(["unix", "tcp", "ws"]), help="How the launched kernel listens inside the sandbox (default: the target file's, else unix)."),
         click.Option(["--mechanism"], type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True, help="Sandbox mechanism."),
         click.Option(["--tool-ms"], default=DEFAULT_TOOL_MS, show_default=True, type=int, help="Mock: base sleep of !slowbatch tools."),
         click.Option(["--mixed-ms"], default=DEFAULT_MIXED_MS, show_default=True, type=int, help="Mock: sleep of !mixed shell calls."),
@@ -110,7 +111,9 @@ def _with(params: Callable[[], list[click.Parameter]]):
     return deco
 
 
-def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms):
+def launch_settings(target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms):
+    from dataclasses import replace
+
     from .launcher import LaunchSettings
     from .target import load_target, spec_from_flags
 
@@ -119,11 +122,11 @@ def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms
     if target_file is not None:
         spec = load_target(target_file).with_args(*args, *extra)
         if protocol:
-            from dataclasses import replace
-
             spec = replace(spec, protocol=protocol)
     else:
         spec = spec_from_flags(bin_, tuple(args), tuple(extra), protocol)
+    if listen:
+        spec = replace(spec, listen=listen)
     return LaunchSettings(target=spec, mechanism=mechanism, tool_ms=tool_ms, mixed_ms=mixed_ms)
 
 
@@ -141,15 +144,16 @@ def run_edge(make: Callable[[], Awaitable[Any]]) -> Any:
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the sandbox to be ready.")
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, timeout, extra) -> None:
+def launch_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mixed_ms, timeout, extra) -> None:
     """Start the target and the mock in a private sandbox, detached; print
-    `socket:` and `state:` lines. ARGS after `--` go to the target."""
+    `socket:` and `state:` lines (and `connector:` for a TCP or ws kernel).
+    ARGS after `--` go to the target."""
     from .supervisor import start_detached
     from .target import redact
 
     if not 0 < timeout <= 3600:
         raise UsageError(f"--timeout {timeout!r} is invalid: the seconds to wait for the sandbox, more than 0 and at most 3600")
-    launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)  # validate here, fail fast
+    launch_settings(target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms)  # validate here, fail fast
     argv = []
     if target_file is not None:
         argv += ["--target", str(target_file)]
@@ -159,9 +163,13 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
         argv += ["--arg", a]
     if protocol:
         argv += ["--protocol", protocol]
+    if listen:
+        argv += ["--listen", listen]
     argv += ["--mechanism", mechanism, "--tool-ms", str(tool_ms), "--mixed-ms", str(mixed_ms), "--", *extra]
     state_path, state = start_detached(argv, timeout)
     click.echo(f"socket: {state['socket']}")
+    if state.get("connector"):
+        click.echo(f"connector: {state['connector']}")
     click.echo(f"state: {state_path}")
     click.echo(f"namespace: {state.get('namespace')} ({state.get('mechanism')})")
     click.echo(f"target: {' '.join(redact(state.get('argv', []), (state.get('token'),)))}")
@@ -170,11 +178,11 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
 @cli.command("supervise", hidden=True)
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def supervise_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, extra) -> None:
+def supervise_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mixed_ms, extra) -> None:
     from .supervisor import supervise
 
     try:
-        settings = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
+        settings = launch_settings(target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms)
     except KstressError as exc:
         click.echo(f"error {exc.exit_code} {exc}")
         sys.exit(exc.exit_code)
@@ -257,11 +265,11 @@ def kcli_shell(state, socket, token, protocol, connect_timeout, timeout) -> None
 # --- scenarios ----------------------------------------------------------------------
 
 
-def _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms):
+def _access(launch, state, socket, token, tools_file, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms):
     from .sut import Access
 
     if launch:
-        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms)
+        ls = launch_settings(target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms)
         if tools_file is not None:
             # the sandbox's mock plans with it, and the run judges with it
             from dataclasses import replace
@@ -271,14 +279,14 @@ def _access(launch, state, socket, token, tools_file, target_file, bin_, args, e
             load_catalog_file(tools_file, "--tools")
             ls = replace(ls, target=replace(ls.target, tools=str(Path(tools_file).resolve())))
         return Access(launch=ls, tool_ms=tool_ms, mixed_ms=mixed_ms)
-    if target_file or bin_ or args or extra:
-        raise UsageError("target options (--target/--bin/--arg/ARGS) need --launch; without it the running sandbox is used")
+    if target_file or bin_ or args or extra or listen:
+        raise UsageError("target options (--target/--bin/--arg/--listen/ARGS) need --launch; without it the running sandbox is used")
     if tools_file is not None and socket is None:
         raise UsageError("--tools needs --launch (the catalog of the sandbox's mock) or --socket (the catalog to judge by); a running sandbox has its own")
     return Access(state=state, socket=socket, token=token, protocol=protocol, tool_ms=tool_ms, mixed_ms=mixed_ms, tools=tools_file)
 
 
-_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "target_file", "bin_", "args", "extra", "protocol", "mechanism", "tool_ms", "mixed_ms")
+_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms")
 _CLICK_TYPES = {int: int, float: float, str: str, Path: click.Path(path_type=Path)}
 
 

@@ -37,6 +37,7 @@ class Endpoint:
         return str(self.address)
 
     def client(self) -> KernelClient:
+        # a kernel inside a sandbox: one connection here, so a connector connection of its own
         return KernelClient(self.address, self.token, self.protocol, connect_timeout_s=self.connect_timeout_s)
 
 
@@ -47,7 +48,7 @@ def resolve_endpoint(socket: str | Path | None, state: Path | None, token: str |
         address = Address("unix", path=str(socket)) if isinstance(socket, Path) else parse_address(socket)
         return Endpoint(address, token, load_protocol(protocol), connect_timeout_s)
     s = require_running(state).state
-    return Endpoint(Address("unix", path=s.socket), token or s.token, load_protocol(protocol or s.protocol), connect_timeout_s)
+    return Endpoint(s.kernel_address(), token or s.token, load_protocol(protocol or s.protocol), connect_timeout_s)
 
 
 def print_frames(turn: Turn, out: TextIO) -> None:

@@ -30,13 +30,13 @@ from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, Plan, build_plan
 
 from .aio import finish_shielded, grace
 from .client import ConnError, KernelClient
-from .errors import KstressError, MockDied, TargetDied, TargetError, UsageError
+from .errors import ConnectorGone, KstressError, MockDied, TargetDied, TargetError, UsageError
 from .launcher import UNIX_PATH_MAX, Launch, LaunchSettings, tail
 from .protocol import FrameKind, Protocol, ProtocolError, load_protocol
 from .state import SandboxState
 from .supervisor import require_running
 from .target import load_catalog_file, redact
-from .transport import Address, parse_address
+from .transport import Address, Dialer, parse_address
 
 ALIVE_EVERY_S = 0.05
 
@@ -101,6 +101,7 @@ class Target:
         self.owned = access.launch is not None
         self.socket = ""  # the address as messages name it
         self.address: Address | None = None
+        self._dialer: Dialer | None = None  # shared by every connection to a kernel inside a sandbox
         self.token: str | None = None
         self.protocol: Protocol = Protocol()
         self.tool_ms = access.tool_ms
@@ -143,8 +144,8 @@ class Target:
         else:
             s = require_running(a.state).state
             self._sandbox = s
-            self.address = Address("unix", path=s.socket)
-            self.socket, self.token = s.socket, a.token or s.token
+            self.address = s.kernel_address()
+            self.socket, self.token = str(self.address), a.token or s.token
             self.protocol = load_protocol(a.protocol or s.protocol)
             self.tool_ms, self.mixed_ms = s.tool_ms, s.mixed_ms
             self.catalog = s.catalog()
@@ -193,13 +194,14 @@ class Target:
             L = self.launch = Launch(a.launch)
             L.results, L.label = self.results, self.label
             await self._stack.enter_async_context(L)
-            self.address = Address("unix", path=str(L.socket_path))
-            self.socket, self.token = str(L.socket_path), L.token
+            self.address, self._dialer = L.address, L.dialer
+            self.socket, self.token = str(L.address), L.token
             self.target_pid = L.target_proc.pid if L.target_proc else None
             self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir else None
             self.meta = {
                 "name": L.spec.name, "argv": redact(L.argv, (L.token,)), "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
                 "namespace": L.sandbox.name, "mechanism": L.sandbox.mechanism, "sandbox_dir": str(L.run_dir), "launched": True,
+                "transport": L.address.scheme, "address": L.address.url,
             }
             if self.label:
                 self.meta["label"] = self.label
@@ -207,6 +209,10 @@ class Target:
             raise TargetError(
                 f"the target in the running sandbox died (exit code {self._sandbox.returncode}); stop it with scripts/launch.sh stop"
             )
+        elif self.address is not None and self.address.via is not None:
+            # every connection of this run to the detached sandbox's kernel through one control connection
+            self._dialer = Dialer(self.address)
+            self._stack.push_async_callback(self._dialer.aclose)
         if self.mock_log is not None and self.mock_log.exists():
             self.mock_log_offset = self.mock_log.stat().st_size
         return self
@@ -218,7 +224,7 @@ class Target:
 
     def client(self, **kw: Any) -> KernelClient:
         assert self.address is not None, "prepare() first"
-        return KernelClient(self.address, self.token, self.protocol, **kw)
+        return KernelClient(self.address, self.token, self.protocol, dialer=self._dialer, **kw)
 
     def plan(self, text: str) -> Plan:
         return build_plan(text, self.catalog, self.tool_ms, self.mixed_ms)
@@ -237,6 +243,8 @@ class Target:
             L = self.launch
             if L.mock_proc is not None and L.mock_proc.returncode is not None:
                 raise MockDied(f"the mock LLM died during the run ({exit_status(L.mock_proc.returncode)}); its stderr:\n{tail(L.logs / 'mock.err') or '(empty)'}")
+            if L.connector_proc is not None and L.connector_proc.returncode is not None:
+                raise ConnectorGone(f"the sandbox's connector died during the run ({exit_status(L.connector_proc.returncode)}); its stderr:\n{tail(L.logs / 'connector.err') or '(empty)'}")
             if L.target_proc is not None and L.target_proc.returncode is not None:
                 raise TargetDied(
                     f"target {L.spec.name} died during the run ({exit_status(L.target_proc.returncode)}); the tail of its stderr:\n"

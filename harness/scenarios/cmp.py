@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class CmpSettings:
     timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
     connect_timeout_s: float = connect_opt()
     mechanism: str = opt("auto", "--mechanism", str, "Sandbox mechanism.", choices=("auto", "netns", "userns"))
+    listen: str | None = opt(None, "--listen", str, "How both kernels listen inside their sandboxes (default: each target's, else unix).", choices=("unix", "tcp", "ws"))
     out: Path = out_opt()
     quiet: bool = quiet_opt()
 
@@ -201,6 +202,8 @@ async def _bombard(run: Run, target: Target, rnd: int, s: CmpSettings) -> None:
 
 async def run_cmp(settings: CmpSettings) -> RunResult:
     old_spec, new_spec = target_from_arg(settings.old), target_from_arg(settings.new)
+    if settings.listen:
+        old_spec, new_spec = replace(old_spec, listen=settings.listen), replace(new_spec, listen=settings.listen)
     targets = {}
     for label, spec in (("old", old_spec), ("new", new_spec)):
         targets[label] = Target(Access(launch=LaunchSettings(target=spec, mechanism=settings.mechanism, tool_ms=settings.tool_ms)), label=label)

@@ -92,6 +92,7 @@ def test_bad_socket_forms_name_the_form(text, words):
         (["kcli", "stats", "--socket", "ws://10.1.2.3:80/k"], "10.1.2.3 is not a loopback address"),
         (["stress", "--socket", "ftp://x", "--quiet"], "unknown scheme 'ftp'"),
         (["batch", "--socket", "tcp:8.8.8.8:53", "--quiet"], "8.8.8.8 is not a loopback address"),
+        (["stress", "--listen", "tcp", "--quiet"], "need --launch"),
     ],
 )
 def test_bad_socket_on_the_command_line_exits_2(argv, words, tmp_path):
