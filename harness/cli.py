@@ -71,6 +71,7 @@ def _target_params() -> list[click.Parameter]:
         click.Option(["--bin", "bin_"], help="Binary to run (default: the reference kernel)."),
         click.Option(["--arg", "args"], multiple=True, help="Extra argument for the binary (repeatable)."),
         click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
+        click.Option(["--listen"], type=click.Choice(["unix", "tcp", "ws"]), help="How the launched kernel listens inside the sandbox (default: the target file's, else unix)."),
         click.Option(["--mechanism"], type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True, help="Sandbox mechanism."),
         click.Option(["--tool-ms"], default=DEFAULT_TOOL_MS, show_default=True, type=int, help="Mock: base sleep of !slowbatch tools."),
         click.Option(["--mixed-ms"], default=DEFAULT_MIXED_MS, show_default=True, type=int, help="Mock: sleep of !mixed shell calls."),
@@ -87,7 +88,7 @@ def _access_params() -> list[click.Parameter]:
     return [
         click.Option(["--launch"], is_flag=True, help="Start an own sandbox for this run (with the target options) instead of using the running one."),
         click.Option(["--state"], type=click.Path(dir_okay=False, path_type=Path), help="State file of a running sandbox (default: the current one)."),
-        click.Option(["--socket"], type=click.Path(path_type=Path), help="A kernel socket to drive directly, without a sandbox."),
+        click.Option(["--socket"], metavar="ADDR", help="A kernel to drive directly, without a sandbox: unix:PATH (or PATH), tcp:HOST:PORT or ws://HOST:PORT/PATH (loopback only)."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog: the sandbox mock's with --launch, the one to judge by with --socket."),
         click.Option(["--mock", "mock_addr"], help="With --socket: the mock the kernel talks to (unix:PATH or http://127.0.0.1:PORT), asked for each turn's verdict."),
@@ -99,7 +100,7 @@ def _access_params() -> list[click.Parameter]:
 def _endpoint_params() -> list[click.Parameter]:
     return [
         click.Option(["--state"], type=click.Path(dir_okay=False, path_type=Path), help="State file of a sandbox."),
-        click.Option(["--socket"], type=click.Path(path_type=Path), help="Kernel socket (instead of a sandbox)."),
+        click.Option(["--socket"], metavar="ADDR", help="A kernel instead of a sandbox: unix:PATH (or PATH), tcp:HOST:PORT or ws://HOST:PORT/PATH (loopback only)."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
         click.Option(["--connect-timeout", "connect_timeout"], type=float, default=5.0, show_default=True, help="Seconds to connect and authenticate."),
@@ -117,7 +118,9 @@ def _with(params: Callable[[], list[click.Parameter]]):
     return deco
 
 
-def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs=(), env_pairs=(), llm_api=None):
+def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs=(), env_pairs=(), llm_api=None, listen=None):
+    from dataclasses import replace
+
     from .launcher import LaunchSettings
     from .target import load_target, spec_from_flags
 
@@ -126,18 +129,14 @@ def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms
     if target_file is not None:
         spec = load_target(target_file).with_args(*args, *extra)
         if protocol:
-            from dataclasses import replace
-
             spec = replace(spec, protocol=protocol)
     else:
         spec = spec_from_flags(bin_, tuple(args), tuple(extra), protocol)
+    if listen:
+        spec = replace(spec, listen=listen)
     if llm_api is not None:
-        from dataclasses import replace
-
         spec = replace(spec, llm_api=llm_api)
     if env_pairs:
-        from dataclasses import replace
-
         env = dict(spec.env)
         for pair in env_pairs:
             k, sep, v = pair.partition("=")
@@ -162,15 +161,16 @@ def run_edge(make: Callable[[], Awaitable[Any]]) -> Any:
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the sandbox to be ready.")
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs, timeout, extra) -> None:
+def launch_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs, timeout, extra) -> None:
     """Start the target and the mock in a private sandbox, detached; print
-    `socket:` and `state:` lines. ARGS after `--` go to the target."""
+    `socket:` and `state:` lines (and `connector:` for a TCP or ws kernel).
+    ARGS after `--` go to the target."""
     from .supervisor import start_detached
     from .target import redact
 
     if not 0 < timeout <= 3600:
         raise UsageError(f"--timeout {timeout!r} is invalid: the seconds to wait for the sandbox, more than 0 and at most 3600")
-    launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api)  # validate here, fail fast
+    launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen)  # validate here, fail fast
     argv = []
     if target_file is not None:
         argv += ["--target", str(target_file)]
@@ -186,9 +186,13 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
         argv += ["--env", e]
     if llm_api is not None:
         argv += ["--llm-api", llm_api]
+    if listen:
+        argv += ["--listen", listen]
     argv += ["--mechanism", mechanism, "--tool-ms", str(tool_ms), "--mixed-ms", str(mixed_ms), "--", *extra]
     state_path, state = start_detached(argv, timeout)
     click.echo(f"socket: {state['socket']}")
+    if state.get("connector"):
+        click.echo(f"connector: {state['connector']}")
     click.echo(f"state: {state_path}")
     click.echo(f"namespace: {state.get('namespace')} ({state.get('mechanism')})")
     click.echo(f"target: {' '.join(redact(state.get('argv', []), (state.get('token'),)))}")
@@ -197,11 +201,11 @@ def launch_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, 
 @cli.command("supervise", hidden=True)
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def supervise_cmd(target_file, bin_, args, protocol, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs, extra) -> None:
+def supervise_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs, extra) -> None:
     from .supervisor import supervise
 
     try:
-        settings = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api)
+        settings = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen)
     except KstressError as exc:
         click.echo(f"error {exc.exit_code} {exc}")
         sys.exit(exc.exit_code)
@@ -284,12 +288,12 @@ def kcli_shell(state, socket, token, protocol, connect_timeout, timeout) -> None
 # --- scenarios ----------------------------------------------------------------------
 
 
-def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs):
+def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs):
     from .contract import OTHER, merged
     from .sut import Access
 
     if launch:
-        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api)
+        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen)
         if tools_file is not None:
             # the sandbox's mock plans with it, and the run judges with it
             from dataclasses import replace
@@ -299,8 +303,8 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
             load_catalog_file(tools_file, "--tools")
             ls = replace(ls, target=replace(ls.target, tools=str(Path(tools_file).resolve())))
         return Access(launch=ls, tool_ms=tool_ms, mixed_ms=mixed_ms)
-    if target_file or bin_ or args or extra or env_pairs or llm_api:
-        raise UsageError("target options (--target/--bin/--arg/--env/ARGS) need --launch; without it the running sandbox is used")
+    if target_file or bin_ or args or extra or env_pairs or llm_api or listen:
+        raise UsageError("target options (--target/--bin/--arg/--env/--llm-api/--listen/ARGS) need --launch; without it the running sandbox is used")
     if tools_file is not None and socket is None:
         raise UsageError("--tools needs --launch (the catalog of the sandbox's mock) or --socket (the catalog to judge by); a running sandbox has its own")
     merged(OTHER, None, contract_pairs)  # a bad --contract is an error before anything starts
@@ -310,7 +314,7 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
                   contract_pairs=tuple(contract_pairs), mock=mock_addr)
 
 
-_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "mechanism", "tool_ms", "mixed_ms", "llm_api", "env_pairs", "contract_pairs")
+_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms", "llm_api", "env_pairs", "contract_pairs")
 _CLICK_TYPES = {int: int, float: float, str: str, Path: click.Path(path_type=Path)}
 
 

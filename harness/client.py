@@ -1,32 +1,33 @@
-"""KernelClient: one connection to a kernel's unix socket.
+"""KernelClient: one connection to a kernel, on a unix socket, TCP or a WebSocket.
 
-Connect with a retry on EAGAIN (a full listen backlog makes a non-blocking
-unix connect fail with EAGAIN; asyncio's open_unix_connection would hand back
-an unconnected socket), consume the auth ack before anything else, send inputs
-with a unique nonce, and collect each turn's frames until its terminal frame,
-an error frame for it, a deadline, or the connection's end.
+Connect (harness/transport.py: a unix connect retried on EAGAIN -- a full
+listen backlog makes a non-blocking unix connect fail with EAGAIN, and
+asyncio's open_unix_connection would hand back an unconnected socket -- a
+loopback TCP connect, or one opened inside a sandbox by its connector), consume
+the auth ack before anything else, send inputs with a unique nonce, and collect
+each turn's frames until its terminal frame, an error frame for it, a
+deadline, or the connection's end. Over a byte stream the adapter's
+``encode``/``read_frame`` frame; over a WebSocket each message is one frame
+(``encode_message``/``decode_message``). Everything above the frames is the
+same on every transport.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import errno
 import itertools
 import os
-import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from mock.markers import compose
 
 from .aio import grace
 from .protocol import FrameKind, HandshakeError, Protocol, ProtocolError
+from .transport import CAPACITY_ERRNOS, Address, ConnError, Dialer, open_socket, open_unix, parse_address  # noqa: F401 - re-exported
 
-# Errors that mean "the machine ran out of something", counted as capacity
-# errors rather than as failures of the kernel.
-CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 READ_LIMIT = 1 << 21  # above the protocol's 1 MiB frame limit
 
 # What one connection may hold, whatever a kernel sends (docs/results.md, "flood"):
@@ -36,16 +37,6 @@ TURN_FRAMES_KEPT = 1000  # frames of one turn kept for the record (all are count
 TURN_TEXT_MAX = 16 << 20  # characters of one turn's answer: beyond, the turn is a flood
 FLOOD_FRAMES = 10_000  # frames not of the awaited turn while waiting for it: a flood
 CLOSE_GRACE_S = 1.0  # a connection whose peer never reads is aborted after this
-
-
-class ConnError(Exception):
-    """A connection could not be made or was lost. ``kind`` is one of:
-    refused, no_socket, backlog_full, capacity, timeout, auth, closed, protocol, reset."""
-
-    def __init__(self, kind: str, message: str, detail: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.detail = detail  # for `capacity`: the errno name (EMFILE, ...)
 
 
 @dataclass(slots=True)
@@ -115,69 +106,43 @@ def failed_turn(marker: str, exc: "ConnError") -> Turn:
     return turn
 
 
-async def open_unix(path: str, deadline: float, retry_refused: bool = False, on_retry: Callable[[str], None] | None = None) -> socket.socket:
-    """A connected non-blocking unix socket, retrying EAGAIN (backlog full)
-    with backoff until the deadline (time.monotonic()). ``on_retry(kind)`` is
-    told of each failed attempt that will be retried."""
-    delay = 0.001
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            sock.connect(path)
-            return sock
-        except BlockingIOError:
-            sock.close()
-            kind, msg = "backlog_full", f"{path}: listen backlog full (EAGAIN) until the deadline"
-        except FileNotFoundError:
-            sock.close()
-            if not retry_refused:
-                raise ConnError("no_socket", f"{path}: no such socket (is the kernel running?)") from None
-            kind, msg = "no_socket", f"{path}: socket did not appear before the deadline"
-        except ConnectionRefusedError:
-            sock.close()
-            if not retry_refused:
-                raise ConnError("refused", f"{path}: connection refused (nobody listening)") from None
-            kind, msg = "refused", f"{path}: still refused at the deadline"
-        except OSError as exc:
-            sock.close()
-            if exc.errno in CAPACITY_ERRNOS:
-                name = errno.errorcode.get(exc.errno, str(exc.errno))
-                raise ConnError("capacity", f"{path}: {name}: {exc.strerror}", detail=name) from None
-            raise ConnError("refused", f"{path}: {exc}") from None
-        now = time.monotonic()
-        if now >= deadline:
-            raise ConnError(kind, msg)
-        if on_retry is not None:
-            on_retry(kind)
-        await asyncio.sleep(min(delay, deadline - now))  # backoff between connect attempts
-        delay = min(delay * 2, 0.05)
-
-
 class KernelClient:
-    """``async with KernelClient(path, token) as c: turn = await c.turn("!batch4")``"""
+    """``async with KernelClient(address, token) as c: turn = await c.turn("!batch4")``
+
+    ``address``: an :class:`Address`, a string in one of the ``--socket``
+    forms, or a path (a unix socket). ``dialer``: the connector client to
+    share when the address is inside a sandbox (else one per connect)."""
 
     def __init__(
         self,
-        socket_path: str | os.PathLike,
+        address: Address | str | os.PathLike,
         token: str | None = None,
         protocol: Protocol | None = None,
         connect_timeout_s: float = 10.0,
         nonce_prefix: str = "k",
         retry_refused: bool = False,
+        dialer: Dialer | None = None,
     ) -> None:
-        self.path = os.fspath(socket_path)
+        if isinstance(address, Address):
+            self.address = address
+        elif isinstance(address, str):
+            self.address = parse_address(address)
+        else:
+            self.address = Address("unix", path=os.fspath(address))
+        self.path = str(self.address)  # what every message calls it
         self.token = token
         self.protocol = protocol or Protocol()
         self.connect_timeout_s = connect_timeout_s
         self.nonce_prefix = nonce_prefix
         self.retry_refused = retry_refused
+        self.dialer = dialer
         self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=NOTIFY_KEPT)
         self.notify_count = 0
         self.stash_dropped = 0
         self._stashed = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._ws: Any = None  # a wsconn.WsChannel
         self._stash: dict[str, list[tuple[float, dict[str, Any]]]] = {}
         self._stats: list[dict[str, Any]] = []
         self._read_lock = asyncio.Lock()
@@ -188,9 +153,14 @@ class KernelClient:
 
     async def connect(self) -> "KernelClient":
         deadline = time.monotonic() + self.connect_timeout_s
-        sock = await open_unix(self.path, deadline, self.retry_refused)
+        sock = await open_socket(self.address, deadline, self.retry_refused, self.dialer)
         try:
-            self._reader, self._writer = await asyncio.open_unix_connection(sock=sock, limit=READ_LIMIT)
+            if self.address.scheme == "ws":
+                await self._open_ws(sock, deadline)
+            elif self.address.scheme == "unix":
+                self._reader, self._writer = await asyncio.open_unix_connection(sock=sock, limit=READ_LIMIT)
+            else:
+                self._reader, self._writer = await asyncio.open_connection(sock=sock, limit=READ_LIMIT)
         except BaseException:
             sock.close()
             raise
@@ -211,6 +181,15 @@ class KernelClient:
             raise
         return self
 
+    async def _open_ws(self, sock: Any, deadline: float) -> None:
+        from .wsconn import WsChannel  # aiohttp loads only for a WebSocket kernel
+
+        self._ws = await WsChannel.open(sock, self.address, deadline, READ_LIMIT, CLOSE_GRACE_S)
+        # bound per instance: the byte-stream path keeps its methods, and no
+        # frame on either path pays a test of which transport it is on
+        self._send = self._ws_send  # type: ignore[method-assign]
+        self._recv_raw = self._ws_recv  # type: ignore[method-assign]
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -224,6 +203,9 @@ class KernelClient:
                     writer.transport.abort()
             except (ConnectionError, OSError):
                 pass  # the peer already went away; nothing left to release
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            await ws.aclose(CLOSE_GRACE_S)
 
     async def __aenter__(self) -> "KernelClient":
         return await self.connect()
@@ -233,7 +215,7 @@ class KernelClient:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._eof and not self._closed
+        return (self._writer is not None or self._ws is not None) and not self._eof and not self._closed
 
     # --- frames --------------------------------------------------------------
 
@@ -254,6 +236,30 @@ class KernelClient:
             self._eof = True
             raise EOFError("kernel closed the connection")
         return frame
+
+    async def _ws_send(self, frame: dict[str, Any]) -> None:
+        if self._ws is None:
+            raise ConnError("closed", f"{self.path}: connection is closed")
+        try:
+            await self._ws.send(self.protocol.encode_message(frame))
+        except (ConnectionError, OSError) as exc:
+            self._eof = True
+            raise ConnError("reset", f"{self.path}: connection lost while sending ({exc})") from None
+
+    async def _ws_recv(self) -> dict[str, Any]:
+        assert self._ws is not None
+        try:
+            data = await self._ws.recv()
+        except EOFError:
+            self._eof = True
+            raise
+        return self.protocol.decode_message(data)
+
+    def _abort(self) -> None:
+        if self._writer is not None:
+            self._writer.transport.abort()
+        elif self._ws is not None:
+            self._ws.abort()
 
     async def _pump(self, want: Any, deadline: float) -> None:
         """Read frames, stashing each by input id, until ``want()`` is true, EOF,
@@ -379,8 +385,7 @@ class KernelClient:
         and the harness holds no more of it than the bounds above."""
         turn.outcome, turn.conn_error = "flood", what
         self._eof = True
-        if self._writer is not None:
-            self._writer.transport.abort()
+        self._abort()
 
     def _apply(self, turn: Turn, t: float, frame: dict[str, Any], kind: FrameKind) -> None:
         if len(turn.frames) < TURN_FRAMES_KEPT:

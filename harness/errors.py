@@ -9,6 +9,7 @@
      |    |                            cannot be cleaned up, the mock LLM died
      |    +-- SandboxCleanupError   5
      |    +-- MockDied              5    the mock LLM exited during the run
+     |    +-- ConnectorGone         5    the sandbox's connector (TCP and ws kernels) is gone
      +-- ChecksFailed               1  the run finished and some verdict failed
 
     (no exception)               130  interrupted: SIGINT, SIGTERM or SIGHUP cancel the run at the
@@ -53,6 +54,12 @@ class SandboxCleanupError(InfraError):
 class MockDied(InfraError):
     """The mock LLM exited while a run was driving its kernel: every turn after
     it would fail, and not by the kernel's fault."""
+
+
+class ConnectorGone(InfraError):
+    """The sandbox's connector, through which the harness reaches a kernel
+    listening on TCP or a WebSocket inside the namespace, is gone: no input
+    after it could reach the kernel, and not by the kernel's fault."""
 
 
 class ChecksFailed(KstressError):

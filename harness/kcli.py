@@ -17,6 +17,7 @@ from mock.markers import build_plan
 from mock.errors import MarkerError
 
 from .client import ConnError, KernelClient, Turn
+from .transport import Address, parse_address
 from .errors import UsageError
 from .options import CONNECT_TIMEOUT_S
 from .protocol import Protocol, load_protocol
@@ -26,22 +27,28 @@ from .verdict import TurnVerdict, judge
 
 @dataclass(frozen=True)
 class Endpoint:
-    socket: str
+    address: Address
     token: str | None
     protocol: Protocol
     connect_timeout_s: float = CONNECT_TIMEOUT_S
 
+    @property
+    def socket(self) -> str:
+        return str(self.address)
+
     def client(self) -> KernelClient:
-        return KernelClient(self.socket, self.token, self.protocol, connect_timeout_s=self.connect_timeout_s)
+        # a kernel inside a sandbox: one connection here, so a connector connection of its own
+        return KernelClient(self.address, self.token, self.protocol, connect_timeout_s=self.connect_timeout_s)
 
 
-def resolve_endpoint(socket: Path | None, state: Path | None, token: str | None, protocol: str | None, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Endpoint:
+def resolve_endpoint(socket: str | Path | None, state: Path | None, token: str | None, protocol: str | None, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Endpoint:
     if not 0.1 <= connect_timeout_s <= 3600:
         raise UsageError(f"--connect-timeout {connect_timeout_s!r} is invalid: use 0.1 to 3600 seconds")
     if socket is not None:
-        return Endpoint(str(socket), token, load_protocol(protocol), connect_timeout_s)
+        address = Address("unix", path=str(socket)) if isinstance(socket, Path) else parse_address(socket)
+        return Endpoint(address, token, load_protocol(protocol), connect_timeout_s)
     s = require_running(state).state
-    return Endpoint(s.socket, token or s.token, load_protocol(protocol or s.protocol), connect_timeout_s)
+    return Endpoint(s.kernel_address(), token or s.token, load_protocol(protocol or s.protocol), connect_timeout_s)
 
 
 def print_frames(turn: Turn, out: TextIO) -> None:

@@ -6,6 +6,13 @@ chosen inside the namespace; also reachable from the host through a unix socket
 in the run dir), then the target inside it, and waits until the target's socket
 accepts and the auth handshake succeeds. Leaving the block stops the target
 (stop signal, grace, SIGKILL), records orphans, and tears everything down.
+
+A target that listens on TCP or a WebSocket (``listen``) gets a port inside
+the namespace, which the harness cannot reach from outside: the launcher
+starts the sandbox's connector first (harness/connector.py: it picks that
+port and opens connections to it on request, handing them out over
+``connector.sock`` in the run dir), and every client of the run dials through
+it (harness/transport.py: Dialer).
 """
 
 from __future__ import annotations
@@ -33,15 +40,18 @@ from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, MS_MAX
 from .aio import finish_shielded, grace, hurried
 from .client import ConnError, KernelClient
 from .contract import Contract
-from .errors import TargetError, UsageError
+from .errors import ConnectorGone, TargetError, UsageError
 from .protocol import load_protocol
 from .state import STATE_NAME, invoking_ids, pointer_path, state_home  # noqa: F401 - re-exported
 from .target import TargetSpec, render
+from .transport import Address, Dialer
 
 SOCKET_NAME = "kernel.sock"
 OWNER_LOCK = "owner.lock"
 TEARDOWN_NAME = "teardown.json"  # a detached sandbox stopped cleanly: its directory is kept
 MOCK_SOCKET_NAME = "mock.sock"
+CONNECTOR_SOCKET_NAME = "connector.sock"
+LOOPBACK = "127.0.0.1"
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
 
 
@@ -137,6 +147,9 @@ class Launch:
         self.sandbox: Any = None
         self.mock_proc: asyncio.subprocess.Process | None = None
         self.target_proc: asyncio.subprocess.Process | None = None
+        self.connector_proc: asyncio.subprocess.Process | None = None
+        self.dialer: Dialer | None = None  # shared by every client of this sandbox's TCP or ws kernel
+        self.port: int | None = None  # the kernel's port inside the namespace (tcp, ws)
         self.llm_url = ""
         self.exit: TargetExit | None = None
         self.bin_path: Path | None = None
@@ -161,6 +174,19 @@ class Launch:
         return self.run_dir / MOCK_SOCKET_NAME
 
     @property
+    def connector_socket(self) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir / CONNECTOR_SOCKET_NAME
+
+    @property
+    def address(self) -> Address:
+        """Where the target listens, and for TCP or ws the way in to it."""
+        listen = self.spec.listen
+        if listen == "unix":
+            return Address("unix", path=str(self.socket_path))
+        return Address(listen, host=LOOPBACK, port=self.port or 0, url_path=self.spec.ws_path, via=str(self.connector_socket))
+
+    @property
     def data_dir(self) -> Path:
         assert self.run_dir is not None
         return self.run_dir / "data"
@@ -176,7 +202,7 @@ class Launch:
         return self.run_dir / STATE_NAME
 
     def client(self, **kw: Any) -> KernelClient:
-        return KernelClient(self.socket_path, self.token, self.protocol, **kw)
+        return KernelClient(self.address, self.token, self.protocol, dialer=self.dialer, **kw)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -234,8 +260,49 @@ class Launch:
         self.sandbox = Sandbox(mechanism=self.settings.mechanism, grace_s=self.settings.sandbox_grace_s)
         await self.sandbox.start()
         await self._start_mock()
+        if self.spec.listen != "unix":
+            await self._start_connector()
         await self._start_target()
         self.write_state(status="ready")
+
+    def _python_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
+        return env
+
+    async def _await_line(self, proc: asyncio.subprocess.Process, name: str, prefix: str, what: str) -> str:
+        """The rest of the first line of logs/NAME.out starting with ``prefix``."""
+        out_path = self.logs / f"{name}.out"
+        deadline = time.monotonic() + self.settings.mock_ready_timeout_s
+        while True:
+            text = out_path.read_text(errors="replace") if out_path.exists() else ""
+            for line in text.splitlines():
+                if line.startswith(prefix):
+                    return line[len(prefix):].strip()
+            if proc.returncode is not None:
+                raise TargetError(
+                    f"{what} exited with code {proc.returncode} before it was ready; "
+                    f"its stderr:\n{tail(self.logs / f'{name}.err')}"
+                )
+            if time.monotonic() > deadline:
+                raise TargetError(f"{what} did not print its ready line within {self.settings.mock_ready_timeout_s:.0f}s")
+            await _wait_exit(proc, 0.02)
+
+    async def _start_connector(self) -> None:
+        """The way in to a TCP port inside the namespace; it also picks that port."""
+        from .connector import READY
+
+        argv = [sys.executable, "-m", "harness.connector", "--unix", str(self.connector_socket), "--host", LOOPBACK, "--pick-port"]
+        self.connector_proc = await self.sandbox.spawn(
+            self._as_user(argv), env=self._python_env(), cwd=str(self.run_dir),
+            stdout=self._log("connector.out"), stderr=self._log("connector.err"),
+        )
+        line = await self._await_line(self.connector_proc, "connector", READY, "the sandbox's connector")
+        try:
+            self.port = int(line.rsplit(" port ", 1)[1])
+        except (IndexError, ValueError):
+            raise TargetError(f"the sandbox's connector said {line!r}, not `PATH port N`") from None
+        self.dialer = Dialer(self.address)
 
     async def _start_mock(self) -> None:
         argv = [
@@ -246,27 +313,10 @@ class Launch:
         if self.spec.tools:
             argv += ["--tools", self.spec.tools]
         argv += list(self.settings.mock_args)
-        out_path = self.logs / "mock.out"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
         self.mock_proc = await self.sandbox.spawn(
-            self._as_user(argv), env=env, cwd=str(self.run_dir), stdout=self._log("mock.out"), stderr=self._log("mock.err")
+            self._as_user(argv), env=self._python_env(), cwd=str(self.run_dir), stdout=self._log("mock.out"), stderr=self._log("mock.err")
         )
-        deadline = time.monotonic() + self.settings.mock_ready_timeout_s
-        while True:
-            text = out_path.read_text(errors="replace") if out_path.exists() else ""
-            for line in text.splitlines():
-                if line.startswith("mock listening on "):
-                    self.llm_url = line.split(" on ", 1)[1].strip() + "/v1"
-                    return
-            if self.mock_proc.returncode is not None:
-                raise TargetError(
-                    f"the mock LLM exited with code {self.mock_proc.returncode} before it was ready; "
-                    f"its stderr:\n{tail(self.logs / 'mock.err')}"
-                )
-            if time.monotonic() > deadline:
-                raise TargetError(f"the mock LLM did not print its ready line within {self.settings.mock_ready_timeout_s:.0f}s")
-            await _wait_exit(self.mock_proc, 0.02)
+        self.llm_url = await self._await_line(self.mock_proc, "mock", "mock listening on ", "the mock LLM") + "/v1"
 
     async def _start_target(self) -> None:
         values = {
@@ -280,6 +330,8 @@ class Launch:
             "token": self.token,
             "run_dir": str(self.run_dir),
             "config": str(self.data_dir / self.spec.config_file) if self.spec.config_file else "",
+            "port": str(self.port) if self.port is not None else "",
+            "listen_url": self.address.url,
         }
         if self.spec.config_template is not None and self.spec.config_file:
             (self.data_dir / self.spec.config_file).write_text(render(self.spec.config_template, values))
@@ -296,26 +348,31 @@ class Launch:
         proc = self.target_proc
         assert proc is not None
         deadline = time.monotonic() + self.spec.start_timeout_s
-        last = "the socket never appeared"
+        unix = self.spec.listen == "unix"
+        last = "the socket never appeared" if unix else "nothing listened there"
         while True:
             if proc.returncode is not None:
                 raise TargetError(
                     f"target {self.spec.name} exited at once with code {proc.returncode}; the tail of its stderr:\n"
                     f"{tail(self.logs / 'target.err') or '(empty)'}"
                 )
-            if self.socket_path.exists():
+            if self.connector_proc is not None and self.connector_proc.returncode is not None:
+                raise ConnectorGone(f"the sandbox's connector exited ({self.connector_proc.returncode}) while the target started; its stderr:\n"
+                                    f"{tail(self.logs / 'connector.err') or '(empty)'}")
+            if not unix or self.socket_path.exists():
+                token = self.token if self.spec.ready == "auth" else None
                 try:
-                    client = KernelClient(self.socket_path, self.token if self.spec.ready == "auth" else None, self.protocol, connect_timeout_s=2.0)
-                    async with client:
+                    async with KernelClient(self.address, token, self.protocol, connect_timeout_s=2.0, dialer=self.dialer):
                         return
                 except ConnError as exc:
                     last = str(exc)
                     if exc.kind == "auth":
                         raise TargetError(f"target {self.spec.name} refused the handshake: {exc}") from None
             if time.monotonic() > deadline:
+                where = f"a listening socket at {self.socket_path}" if unix else f"it to listen on {self.address.url} inside the sandbox"
                 raise TargetError(
                     f"target {self.spec.name} did not become ready within {self.spec.start_timeout_s:.0f}s: "
-                    f"expected a listening socket at {self.socket_path} ({last}); its stderr:\n"
+                    f"expected {where} ({last}); its stderr:\n"
                     f"{tail(self.logs / 'target.err') or '(empty)'}"
                 )
             await _wait_exit(proc, 0.02)
@@ -327,7 +384,11 @@ class Launch:
         state = {
             "status": status,
             "run_dir": str(self.run_dir),
-            "socket": str(self.socket_path),
+            # unix: the path, as always; tcp, ws: the address inside, reached through `connector`
+            "socket": str(self.socket_path) if self.spec.listen == "unix" else self.address.url,
+            "transport": self.spec.listen,
+            "address": self.address.url,
+            "connector": str(self.connector_socket) if self.connector_proc is not None else None,
             "llm_url": self.llm_url,
             "mock_socket": str(self.mock_socket),
             "namespace": getattr(self.sandbox, "name", None),
@@ -342,6 +403,7 @@ class Launch:
             "pids": {
                 "mock": self.mock_proc.pid if self.mock_proc else None,
                 "target": self.target_proc.pid if self.target_proc else None,
+                **({"connector": self.connector_proc.pid} if self.connector_proc else {}),
             },
             "argv": self.argv,
             "target_name": self.spec.name,
@@ -371,7 +433,7 @@ class Launch:
         itself while it runs)."""
         if self.sandbox is None:
             return []
-        skip = {p.pid for p in (self.mock_proc, self.target_proc) if p is not None}
+        skip = {p.pid for p in (self.mock_proc, self.target_proc, self.connector_proc) if p is not None}
         mock_tree: set[int] = set()
         if self.mock_proc is not None:
             try:
@@ -426,16 +488,18 @@ class Launch:
             if self.target_proc is not None:
                 await self.stop_target()
         finally:
+            if self.dialer is not None:
+                await self.dialer.aclose()
             if self.sandbox is not None:
                 await self.sandbox.aclose()
             for f in self._files:
                 f.close()
-            for proc in (self.mock_proc, self.target_proc):
+            for proc in (self.mock_proc, self.target_proc, self.connector_proc):
                 if proc is not None and proc.returncode is None:
                     await _wait_exit(proc, 1.0)
             # no socket file survives a run (a killed kernel cannot remove its own)
             if self.run_dir is not None:
-                for sock in (self.socket_path, self.mock_socket):
+                for sock in (self.socket_path, self.mock_socket, self.connector_socket):
                     try:
                         sock.unlink()
                     except FileNotFoundError:

@@ -4,6 +4,12 @@ An adapter owns exactly: framing, the handshake, encoding an input, and
 classifying each received frame. The default speaks protocol v1
 (newline-delimited JSON). A kernel that frames differently gets its own
 subclass, selected with ``--protocol module:Class``.
+
+Framing has two halves, one per kind of transport: on a byte stream (unix,
+tcp) ``encode`` and ``read_frame``; on a message transport (a WebSocket, where
+each message is one frame) ``encode_message`` and ``decode_message``. The rest
+-- handshake, inputs, classification -- is the same on every transport, so an
+adapter that only changes those works over all three unchanged.
 """
 
 from __future__ import annotations
@@ -76,6 +82,34 @@ class Protocol:
             raise ProtocolError(f"kernel sent a line that is not JSON: {line[:120]!r}") from None
         if not isinstance(frame, dict):
             raise ProtocolError(f"kernel sent a JSON value that is not an object: {line[:120]!r}")
+        return frame
+
+    # --- framing on a message transport (WebSocket) ---------------------------
+    # The message is the frame: no newline, no length prefix. These do not
+    # call encode/read_frame, so an adapter that re-frames a byte stream does
+    # not garble its WebSocket messages; one whose kernel puts something other
+    # than a JSON object in a message overrides these two.
+
+    def encode_message(self, frame: dict[str, Any]) -> str | bytes:
+        """One frame as one WebSocket message: str for a text message (v1:
+        the JSON object), bytes for a binary one."""
+        try:
+            return orjson.dumps(frame).decode()
+        except TypeError:  # what orjson refuses (a lone surrogate), the stdlib writes, escaped: a text message is UTF-8
+            return json.dumps(frame, separators=(",", ":"))
+
+    def decode_message(self, data: str | bytes) -> dict[str, Any]:
+        """One received message as a frame: ``data`` is str for a text
+        message, bytes for a binary one (v1 refuses those). Raises
+        ProtocolError as read_frame does."""
+        if isinstance(data, bytes):
+            raise ProtocolError(f"kernel sent a binary WebSocket message ({len(data)} bytes); protocol v1 frames are text messages")
+        try:
+            frame = json.loads(data)
+        except ValueError:
+            raise ProtocolError(f"kernel sent a message that is not JSON: {data[:120]!r}") from None
+        if not isinstance(frame, dict):
+            raise ProtocolError(f"kernel sent a JSON value that is not an object: {data[:120]!r}")
         return frame
 
     # --- handshake -----------------------------------------------------------

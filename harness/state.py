@@ -1,8 +1,10 @@
 """A sandbox's state file (``state.json`` in its run dir), and the one reader
 of it. The launcher writes it; every scenario, ``kcli``, ``status`` and
 ``stop`` read it through :func:`read_state`, so each sees the same sandbox:
-where its socket is, the token, the protocol adapter, and everything needed to
-plan and judge turns exactly as its mock plans them (tool times, catalog).
+where its kernel listens and how to reach it (the transport, the address, and
+for TCP or a WebSocket inside the namespace the connector's socket), the
+token, the protocol adapter, and everything needed to plan and judge turns
+exactly as its mock plans them (tool times, catalog).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
 from .contract import Contract
 from .contract import from_json as contract_from_json
 from .errors import UsageError
-from .target import load_catalog_file, redact
+from .target import LISTENS, load_catalog_file, redact
+from .transport import Address, parse_address
 
 STATE_NAME = "state.json"
 
@@ -101,7 +104,10 @@ class SandboxState:
     path: Path
     status: str
     run_dir: Path
-    socket: str
+    socket: str  # unix: the socket's path; tcp, ws: the address (as `address`)
+    transport: str = "unix"  # unix | tcp | ws
+    address: str | None = None  # unix:PATH, tcp:127.0.0.1:PORT, ws://127.0.0.1:PORT/PATH
+    connector: str | None = None  # tcp, ws: the connector's socket, the way in to the namespace
     token: str | None = None
     protocol: str | None = None
     llm_url: str = ""
@@ -135,11 +141,25 @@ class SandboxState:
             return DEFAULT_CATALOG
         return load_catalog_file(self.tools, f"the catalog of the sandbox in {self.path}")
 
+    def kernel_address(self) -> Address:
+        """Where to connect: the unix socket, or the address inside the
+        namespace together with the connector that reaches it."""
+        if self.transport == "unix":
+            return Address("unix", path=self.socket)
+        where = f"state file {self.path}"
+        if not self.connector:
+            raise UsageError(f"{where}: a {self.transport} kernel without 'connector', the way into its namespace; the file is damaged (relaunch the sandbox)")
+        a = parse_address(self.address or self.socket, f"{where}: address")
+        if a.scheme != self.transport:
+            raise UsageError(f"{where}: transport {self.transport!r} but address {a.url!r}; the file is damaged (relaunch the sandbox)")
+        return Address(a.scheme, host=a.host, port=a.port, url_path=a.url_path, via=self.connector)
+
     def meta(self) -> dict[str, Any]:
         """The target's metadata as a run records it."""
         return {
             "name": self.target_name, "argv": redact(self.argv, (self.token,)), "bin": self.bin, "bin_sha256": self.bin_sha256,
             "namespace": self.namespace, "mechanism": self.mechanism, "sandbox_dir": str(self.run_dir), "launched": False,
+            "transport": self.transport, "address": self.address or self.socket,
         }
 
     @classmethod
@@ -159,6 +179,9 @@ class SandboxState:
             return v
 
         pids = data.get("pids") if isinstance(data.get("pids"), dict) else {}
+        transport = get("transport", str, default="unix")
+        if transport not in LISTENS:
+            raise UsageError(f"{where}: 'transport' is {transport!r}, not one of {', '.join(LISTENS)}; the file is damaged (relaunch the sandbox)")
         argv = get("argv", list, default=[])
         if not all(isinstance(a, str) for a in argv):
             raise UsageError(f"{where}: 'argv' must be a list of strings; the file is damaged (relaunch the sandbox)")
@@ -167,6 +190,9 @@ class SandboxState:
             status=get("status", str, default="unknown"),
             run_dir=Path(get("run_dir", str, required=True)),
             socket=get("socket", str, required=True),
+            transport=transport,
+            address=get("address", str),
+            connector=get("connector", str),
             token=get("token", str),
             protocol=get("protocol", str),
             llm_url=get("llm_url", str, default=""),

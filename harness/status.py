@@ -9,6 +9,7 @@ import aiohttp
 import psutil
 
 from .client import ConnError, KernelClient
+from .errors import ConnectorGone
 from .protocol import load_protocol
 from .sandbox import processes_in
 from .supervisor import require_running
@@ -33,8 +34,11 @@ async def show_status(state: Path | None) -> None:
                 print(f"mock: {s.llm_url} healthy: {json.dumps(await r.json())}")
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         print(f"mock: UNREACHABLE ({exc})")
+    address = s.kernel_address()
+    if address.via:
+        print(f"transport: {address.url} inside the namespace, reached through the connector {address.via}")
     try:
-        async with KernelClient(s.socket, s.token, load_protocol(s.protocol), connect_timeout_s=5) as c:
-            print(f"kernel: {s.socket} healthy; stats: {json.dumps(await c.stats())}")
-    except ConnError as exc:
+        async with KernelClient(address, s.token, load_protocol(s.protocol), connect_timeout_s=5) as c:
+            print(f"kernel: {address} healthy; stats: {json.dumps(await c.stats())}")
+    except (ConnError, ConnectorGone) as exc:
         print(f"kernel: UNREACHABLE ({exc})")

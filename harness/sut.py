@@ -31,7 +31,7 @@ from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, Plan, build_plan
 from .aio import finish_shielded, grace
 from .client import ConnError, KernelClient, Turn
 from .contract import OTHER, REFKERNEL, Contract, merged
-from .errors import KstressError, MockDied, TargetDied, TargetError, UsageError
+from .errors import ConnectorGone, KstressError, MockDied, TargetDied, TargetError, UsageError
 from .launcher import UNIX_PATH_MAX, Launch, LaunchSettings, tail
 from .mockjoin import MockJoin, check_mock_address
 from .protocol import FrameKind, Protocol, ProtocolError, load_protocol
@@ -39,6 +39,7 @@ from .state import SandboxState
 from .supervisor import require_running
 from .target import load_catalog_file, redact
 from .verdict import TurnVerdict, judge
+from .transport import Address, Dialer, parse_address
 
 ALIVE_EVERY_S = 0.05
 
@@ -85,7 +86,7 @@ class Access:
 
     launch: LaunchSettings | None = None
     state: Path | None = None
-    socket: Path | None = None
+    socket: str | Path | None = None  # a --socket form (harness/transport.py); a Path is a unix socket
     token: str | None = None
     protocol: str | None = None
     tool_ms: int = DEFAULT_TOOL_MS
@@ -103,7 +104,9 @@ class Target:
         self.label = label
         self.launch: Launch | None = None
         self.owned = access.launch is not None
-        self.socket = ""
+        self.socket = ""  # the address as messages name it
+        self.address: Address | None = None
+        self._dialer: Dialer | None = None  # shared by every connection to a kernel inside a sandbox
         self.token: str | None = None
         self.protocol: Protocol = Protocol()
         self.tool_ms = access.tool_ms
@@ -139,19 +142,22 @@ class Target:
             if spec.tools:
                 self.catalog = load_catalog_file(spec.tools, f"target {spec.source}: tools")
         elif a.socket is not None:
-            self.socket, self.token = str(a.socket), a.token
+            self.address = Address("unix", path=str(a.socket)) if isinstance(a.socket, Path) else parse_address(a.socket)
+            self.socket, self.token = str(self.address), a.token
             self.protocol = load_protocol(a.protocol)
             if a.tools:
                 self.catalog = load_catalog_file(a.tools, "--tools")
-            check_socket_path(a.socket)
+            if self.address.scheme == "unix":
+                check_socket_path(Path(self.address.path))
             # a bare socket: no knowing what kernel it is; it declares what it has
             self.contract = merged(OTHER, None, a.contract_pairs)
             self.mock_address = check_mock_address(a.mock) if a.mock else None
-            self.meta = {"name": "socket", "socket": self.socket, "launched": False}
+            self.meta = {"name": "socket", "socket": self.socket, "transport": self.address.scheme, "launched": False}
         else:
             s = require_running(a.state).state
             self._sandbox = s
-            self.socket, self.token = s.socket, a.token or s.token
+            self.address = s.kernel_address()
+            self.socket, self.token = str(self.address), a.token or s.token
             self.protocol = load_protocol(a.protocol or s.protocol)
             self.tool_ms, self.mixed_ms = s.tool_ms, s.mixed_ms
             self.catalog = s.catalog()
@@ -205,13 +211,15 @@ class Target:
             L.results, L.label = self.results, self.label
             await self._stack.enter_async_context(L)
             self.mock_address = f"unix:{L.mock_socket}"
-            self.socket, self.token = str(L.socket_path), L.token
+            self.address, self._dialer = L.address, L.dialer
+            self.socket, self.token = str(L.address), L.token
             self.target_pid = L.target_proc.pid if L.target_proc else None
             self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir else None
             self.meta = {
                 "name": L.spec.name, "argv": redact(L.argv, (L.token,)), "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
                 "namespace": L.sandbox.name, "mechanism": L.sandbox.mechanism, "sandbox_dir": str(L.run_dir), "launched": True,
                 "llm_api": L.spec.llm_api,
+                "transport": L.address.scheme, "address": L.address.url,
             }
             if self.label:
                 self.meta["label"] = self.label
@@ -220,6 +228,10 @@ class Target:
             raise TargetError(
                 f"the target in the running sandbox died (exit code {self._sandbox.returncode}); stop it with scripts/launch.sh stop"
             )
+        elif self.address is not None and self.address.via is not None:
+            # every connection of this run to the detached sandbox's kernel through one control connection
+            self._dialer = Dialer(self.address)
+            self._stack.push_async_callback(self._dialer.aclose)
         if self.mock_log is not None and self.mock_log.exists():
             self.mock_log_offset = self.mock_log.stat().st_size
         if self.mock_address is not None:
@@ -232,7 +244,8 @@ class Target:
     # --- driving ----------------------------------------------------------------------
 
     def client(self, **kw: Any) -> KernelClient:
-        return KernelClient(self.socket, self.token, self.protocol, **kw)
+        assert self.address is not None, "prepare() first"
+        return KernelClient(self.address, self.token, self.protocol, dialer=self._dialer, **kw)
 
     def plan(self, text: str) -> Plan:
         return build_plan(text, self.catalog, self.tool_ms, self.mixed_ms)
@@ -261,6 +274,8 @@ class Target:
             L = self.launch
             if L.mock_proc is not None and L.mock_proc.returncode is not None:
                 raise MockDied(f"the mock LLM died during the run ({exit_status(L.mock_proc.returncode)}); its stderr:\n{tail(L.logs / 'mock.err') or '(empty)'}")
+            if L.connector_proc is not None and L.connector_proc.returncode is not None:
+                raise ConnectorGone(f"the sandbox's connector died during the run ({exit_status(L.connector_proc.returncode)}); its stderr:\n{tail(L.logs / 'connector.err') or '(empty)'}")
             if L.target_proc is not None and L.target_proc.returncode is not None:
                 raise TargetDied(
                     f"target {L.spec.name} died during the run ({exit_status(L.target_proc.returncode)}); the tail of its stderr:\n"

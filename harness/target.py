@@ -4,6 +4,7 @@ From flags (``--bin PATH`` + ``--arg ...``) or a TOML file (``--target FILE``).
 The argv is a template; placeholders are filled at launch:
 
     {bin} {socket} {llm_url} {llm_root} {llm_api} {data_dir} {token} {run_dir} {config}
+    {port} {listen_url}     where the kernel listens (``listen``: unix, tcp, ws)
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from mock.markers import DIALECTS
 from .contract import OTHER, REFKERNEL, Contract, merged
 from .errors import UsageError
 
-PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "llm_root", "llm_api", "data_dir", "token", "run_dir", "config"})
+PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "llm_root", "llm_api", "data_dir", "token", "run_dir", "config", "port", "listen_url"})
+LISTENS = ("unix", "tcp", "ws")
 _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
 DEFAULT_ARGV = ("{bin}", "--socket", "{socket}", "--llm-url", "{llm_url}", "--data-dir", "{data_dir}", "--token", "{token}")
 # The reference kernel takes its token from the environment: on its command
@@ -35,6 +37,19 @@ DEFAULT_ARGV = ("{bin}", "--socket", "{socket}", "--llm-url", "{llm_url}", "--da
 REFKERNEL_ARGV = DEFAULT_ARGV[:-2] + ("--llm-api", "{llm_api}")
 REFKERNEL_ENV = MappingProxyType({"REFKERNEL_TOKEN": "{token}"})
 REDACTED = "[redacted]"
+
+
+def listen_argv(argv: tuple[str, ...], listen: str) -> tuple[str, ...]:
+    """The default argv names the socket as the reference kernel's flags do,
+    ``--socket {socket}``; a kernel that listens on TCP or a WebSocket is told
+    ``--listen {listen_url}`` in its place. A target file's own argv is its own."""
+    if listen != "unix" and argv in (DEFAULT_ARGV, REFKERNEL_ARGV):
+        return (argv[0], "--listen", "{listen_url}", *argv[3:])
+    return argv
+
+
+def placeholders_in(text: str) -> set[str]:
+    return set(_PLACEHOLDER_RE.findall(text.replace("{{", "").replace("}}", "")))
 
 
 def redact(argv: list[str] | tuple[str, ...], secrets: tuple[str | None, ...]) -> list[str]:
@@ -97,6 +112,8 @@ class TargetSpec:
     config_template: str | None = None
     protocol: str | None = None  # module:Class
     tools: str | None = None  # tool catalog file for the mock
+    listen: str = "unix"  # unix: {socket}; tcp, ws: {port} inside the sandbox
+    ws_path: str = "/"  # the URL path a ws kernel serves its WebSocket at
     source: str = "flags"
     contract: Mapping[str, Any] = field(default_factory=dict)  # the target file's [contract] table
     llm_api: str = "chat"  # the LLM API the kernel speaks: chat | responses | anthropic ({llm_api})
@@ -115,6 +132,17 @@ class TargetSpec:
             if not self.config_file:
                 raise UsageError(f"{where}: config.template needs config.file (a name inside the data dir)")
             _check_template(f"{where} config.template", self.config_template)
+        if self.listen not in LISTENS:
+            raise UsageError(f"{where}: listen={self.listen!r} is invalid; use 'unix', 'tcp' or 'ws'")
+        if not self.ws_path.startswith("/") or any(c.isspace() for c in self.ws_path):
+            raise UsageError(f"{where}: ws_path={self.ws_path!r} is invalid; a URL path such as '/' or '/kernel'")
+        used = set().union(*(placeholders_in(t) for t in self.templates()))
+        if self.listen == "unix" and "port" in used:
+            raise UsageError(f"{where}: {{port}} is set only for a kernel that listens on TCP or a WebSocket (listen = 'tcp' or 'ws'); "
+                             "a unix kernel is told {socket} (or {listen_url})")
+        if self.listen != "unix" and not used & {"port", "listen_url"}:
+            raise UsageError(f"{where}: listen = {self.listen!r}, but nothing tells the kernel where: put {{port}} or {{listen_url}} "
+                             "in its argv, env or config template (a port inside the sandbox, free for it)")
         if self.ready not in ("auth", "socket"):
             raise UsageError(f"{where}: ready={self.ready!r} is invalid; use 'auth' or 'socket'")
         if not 0.1 <= self.start_timeout_s <= 600:
@@ -149,8 +177,12 @@ class TargetSpec:
         # would not see the venv's packages
         return path.absolute()
 
+    def templates(self) -> list[str]:
+        """Every template of this target: argv (as it listens), env, config."""
+        return [*listen_argv(self.argv, self.listen), *self.env.values(), *([self.config_template] if self.config_template else [])]
+
     def render_argv(self, values: Mapping[str, str]) -> list[str]:
-        return [render(a, values) for a in self.argv] + list(self.extra_args)
+        return [render(a, values) for a in listen_argv(self.argv, self.listen)] + list(self.extra_args)
 
     def render_env(self, values: Mapping[str, str]) -> dict[str, str]:
         return {k: render(v, values) for k, v in self.env.items()}
@@ -223,7 +255,7 @@ def load_target(path: str | Path) -> TargetSpec:
     contract = data.get("contract", {})
     if not isinstance(contract, dict):
         raise UsageError(f"target file {p}: contract must be a table ([contract]), see docs/targets.md")
-    known = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args", "llm_api"}
+    known = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args", "llm_api", "listen", "ws_path"}
     unknown = set(t) - known
     if unknown:
         raise UsageError(f"target file {p}: unknown keys {sorted(unknown)} in [target]; known: {sorted(known)}")
@@ -253,7 +285,7 @@ def load_target(path: str | Path) -> TargetSpec:
         if not isinstance(t["args"], list) or not all(isinstance(a, str) for a in t["args"]):
             raise UsageError(f"target file {p}: args must be a list of strings")
         kw["extra_args"] = tuple(t["args"])
-    for key in ("name", "ready", "protocol", "llm_api"):
+    for key in ("name", "ready", "protocol", "llm_api", "listen", "ws_path"):
         if key in t:
             if not isinstance(t[key], str):
                 raise UsageError(f"target file {p}: {key} must be a string")

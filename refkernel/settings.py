@@ -103,6 +103,8 @@ class Listen:
             path = Path(rest)
             _socket_path_rule(name, path)
             return cls("unix", path=path)
+        if scheme == "ws" and rest.startswith("//"):
+            rest = rest[2:]  # ws://HOST:PORT/PATH, the form the ready line prints, is the same address
         m = _HOST_PORT.fullmatch(rest)
         _rule(m is not None, name, spec, f"use {_LISTEN_FORMS}")
         assert m is not None

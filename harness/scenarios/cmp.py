@@ -68,6 +68,7 @@ class CmpSettings:
     llm_api: str | None = opt(None, "--llm-api", str, "The LLM API both versions speak (default: each one's target file, else chat).", choices=("chat", "responses", "anthropic"))
     baseline: str = opt("auto", "--baseline", str, "The serial time of the concurrency dimension: kernel | control | sum | auto (as abtest's).", choices=BASELINES)
     control_args: str | None = opt(None, "--control-args", str, "With --baseline control: the ARGS that make each version sequential.")
+    listen: str | None = opt(None, "--listen", str, "How both kernels listen inside their sandboxes (default: each target's, else unix).", choices=("unix", "tcp", "ws"))
     out: Path = out_opt()
     quiet: bool = quiet_opt()
 
@@ -219,6 +220,8 @@ async def _bombard(run: Run, target: Target, rnd: int, s: CmpSettings) -> None:
 
 async def run_cmp(settings: CmpSettings) -> RunResult:
     old_spec, new_spec = target_from_arg(settings.old), target_from_arg(settings.new)
+    if settings.listen:
+        old_spec, new_spec = replace(old_spec, listen=settings.listen), replace(new_spec, listen=settings.listen)
     targets = {}
     for label, spec in (("old", old_spec), ("new", new_spec)):
         if settings.llm_api is not None:

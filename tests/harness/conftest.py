@@ -47,7 +47,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 
 @dataclass
 class Kernel:
-    socket: Path
+    socket: Path | str  # a unix socket, or with listen= the address the ready line named (tcp:..., ws://...)
     token: str
     dir: Path
     mock_log: Path
@@ -63,7 +63,9 @@ class Kernel:
 
 
 @contextlib.asynccontextmanager
-async def running_kernel(*flags: str, tool_ms: int = 200) -> AsyncIterator[Kernel]:
+async def running_kernel(*flags: str, tool_ms: int = 200, listen: str | None = None) -> AsyncIterator[Kernel]:
+    """The real mock and refkernel; ``listen`` (e.g. tcp:127.0.0.1:0) instead
+    of a unix socket: on the host's loopback, no sandbox."""
     d = Path(tempfile.mkdtemp(prefix="kst-h"))
     (d / "data").mkdir()
     mock = kernel = None
@@ -75,18 +77,15 @@ async def running_kernel(*flags: str, tool_ms: int = 200) -> AsyncIterator[Kerne
             )
         line = await _wait_line(d / "mock.out", "mock listening on ", mock, 20)
         url = line.split(" on ", 1)[1] + "/v1"
+        where = ("--listen", listen) if listen else ("--socket", str(d / "k.sock"))
         with open(d / "kernel.out", "wb") as out, open(d / "kernel.err", "wb") as err:
             kernel = await asyncio.create_subprocess_exec(
-                REFKERNEL, "--socket", str(d / "k.sock"), "--llm-url", url, "--data-dir", str(d / "data"), "--token", "tok",
+                REFKERNEL, *where, "--llm-url", url, "--data-dir", str(d / "data"), "--token", "tok",
                 "--llm-timeout", "5", *flags, stdout=out, stderr=err,
             )
-        deadline = time.monotonic() + 20
-        while not (d / "k.sock").exists():
-            if kernel.returncode is not None or time.monotonic() > deadline:
-                raise AssertionError(f"refkernel did not start: {(d / 'kernel.err').read_text()}")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(kernel.wait(), 0.02)
-        yield Kernel(d / "k.sock", "tok", d, d / "mock.jsonl", kernel, tool_ms, url.removesuffix("/v1"))
+        ready = await _wait_line(d / "kernel.out", "refkernel listening on ", kernel, 20)
+        address: Path | str = ready.split(" on ", 1)[1].strip() if listen else d / "k.sock"
+        yield Kernel(address, "tok", d, d / "mock.jsonl", kernel, tool_ms, url.removesuffix("/v1"))
     finally:
         for p in (kernel, mock):
             if p is not None:

@@ -276,6 +276,7 @@ def test_refkernel_imports_only_stdlib_aiohttp_psutil():
         ("tcp:[::1]:8765", "tcp", "::1", 8765, "/", "tcp:[::1]:8765"),
         ("ws:127.0.0.1:8765/kernel", "ws", "127.0.0.1", 8765, "/kernel", "ws://127.0.0.1:8765/kernel"),
         ("ws:localhost:0", "ws", "localhost", 0, "/", "ws://localhost:0/"),
+        ("ws://127.0.0.1:8765/kernel", "ws", "127.0.0.1", 8765, "/kernel", "ws://127.0.0.1:8765/kernel"),  # as the ready line says it
         ("unix:/tmp/rk/k.sock", "unix", "", 0, "/", "/tmp/rk/k.sock"),
     ],
 )

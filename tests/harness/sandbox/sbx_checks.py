@@ -15,10 +15,13 @@ import json
 import os
 import socket
 import sys
+import time
 import traceback
 from pathlib import Path
 
+from harness.connector import READY
 from harness.sandbox import Sandbox, SandboxError, ns_inode
+from harness.transport import Address, ConnError, Dialer
 from sbx_helpers import alive, await_until, leftovers
 
 PY = sys.executable
@@ -63,6 +66,83 @@ line = c.makefile().readline().strip()
 c.sendall(f"{line} from {os.readlink('/proc/self/ns/net')}\n".encode())
 c.close()
 """
+
+
+# A TCP server on 127.0.0.1:PORT: every connection gets the server's network
+# namespace, then is held until the client closes it.
+TCP_PROG = r"""
+import asyncio, os, sys
+async def main():
+    ns = os.readlink("/proc/self/ns/net").encode() + b"\n"
+    async def serve(r, w):
+        w.write(ns)
+        await r.read()
+        w.close()
+    srv = await asyncio.start_server(serve, "127.0.0.1", int(sys.argv[1]), backlog=4096)
+    print("listening", flush=True)
+    async with srv:
+        await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+async def start_connector(sb: Sandbox, path: Path) -> tuple[asyncio.subprocess.Process, int]:
+    """The sandbox's connector on `path`, with the free port it picked inside."""
+    proc = await sb.spawn([PY, "-m", "harness.connector", "--unix", str(path), "--pick-port"],
+                          stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE)
+    line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+    assert line.startswith(READY), f"connector said {line!r}"
+    return proc, int(line.rsplit(" port ", 1)[1])
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def connector_dial(mechanism: str, workdir: Path, lock_dir: Path, n: int = 600) -> dict:
+    """A TCP server inside is reached through the connector, more connections
+    at once than one fd message holds; the host's 127.0.0.1:PORT is not it;
+    nothing of it is left after aclose, no fd in this process either."""
+    path = workdir / "c.sock"
+    fds0 = open_fds()
+    loop = asyncio.get_running_loop()
+    async with Sandbox(mechanism=mechanism, lock_dir=lock_dir, grace_s=0.5) as sb:
+        connector, port = await start_connector(sb, path)
+        assert oct(os.stat(path).st_mode & 0o777) == "0o600", oct(os.stat(path).st_mode)
+        server = await sb.spawn([PY, "-c", TCP_PROG, str(port)], stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE)
+        assert (await asyncio.wait_for(server.stdout.readline(), 20)).strip() == b"listening"
+        # control: from here the port is not the server inside
+        probe = socket.socket()
+        host_answer = probe.connect_ex(("127.0.0.1", port))
+        probe.close()
+        addr = Address("tcp", host="127.0.0.1", port=port, via=str(path))
+        async with Dialer(addr) as dialer:
+            t0 = time.monotonic()
+            socks = await asyncio.gather(*(dialer.dial(time.monotonic() + 30) for _ in range(n)))
+            dial_s = time.monotonic() - t0
+            try:
+                replies = {(await asyncio.wait_for(loop.sock_recv(s, 64), 10)).strip().decode() for s in socks}
+            finally:
+                for s in socks:
+                    s.close()
+            server.kill()
+            await server.wait()
+            try:
+                await dialer.dial(time.monotonic() + 10)
+            except ConnError as exc:
+                refused = exc.kind
+            else:
+                raise AssertionError("a dial with nobody listening inside succeeded")
+        assert replies == {f"net:[{sb.net_inode}]"}, replies
+        info = dict(name=sb.name, net_inode=sb.net_inode, lock_path=str(sb.lock_path), pids=sb.pids() + [sb.guardian_pid])
+        assert connector.pid in info["pids"]
+    left = leftovers(info["name"], info["net_inode"], info["lock_path"], info["pids"])
+    assert not left, f"aclose left {left}"
+    assert not path.exists(), "the connector's socket outlived the sandbox"
+    extra = open_fds() - fds0
+    # an fd number listed then may be one the listing itself opened and closed
+    assert not {fd for fd in extra if os.path.exists(f"/proc/self/fd/{fd}")}, f"fds left open: {extra}"
+    return {"host_answer": host_answer, "refused": refused, "dial_s": dial_s, "n": n}
 
 
 def links_of_this_namespace() -> dict:
@@ -254,7 +334,7 @@ async def auto_works(mechanism: str, workdir: Path, lock_dir: Path) -> dict:
 
 
 CHECKS = {f.__name__: f for f in (only_lo, port_8080, unix_socket, pids_all, aclose_clean, cancelled,
-                                  start_and_sweep, expect_error, auto_works)}
+                                  start_and_sweep, expect_error, auto_works, connector_dial)}
 
 
 def main() -> int:

@@ -43,3 +43,9 @@ async def test_aclose_leaves_no_process_namespace_mount_or_lock(runner):
 
 async def test_cancelled_task_inside_async_with_still_cleans_up(runner):
     await runner.check("cancelled")
+
+
+async def test_a_tcp_port_inside_is_reached_through_the_connector(runner):
+    result = await runner.check("connector_dial")
+    assert result["refused"] == "refused"
+    print(f"{runner.variant}: {result['n']} connections through the connector in {result['dial_s']:.3f} s")

@@ -70,6 +70,17 @@ async def test_sigkill_owner_leaves_nothing_within_2s(runner):
     print(f"{runner.variant}: everything gone {elapsed:.3f} s after SIGKILL")
 
 
+async def test_sigkill_owner_with_connector_and_held_connections_leaves_nothing(runner):
+    # the connector is one more process in the namespace: the guardian's
+    # cleanup ends it, and the connections it handed out die with the owner
+    async with Owner(runner, "--connector") as owner:
+        assert len(owner.info["pids"]) >= 7, owner.info["pids"]  # the sleeps, the connector, the server
+        owner.sigkill()
+        await owner.proc.wait()
+        left, elapsed = await asyncio.to_thread(wait_gone, owner.info, LEAK_DEADLINE_S)
+    assert not left, f"{elapsed:.2f} s after SIGKILL of the owner, left: {left}"
+
+
 @pytest.mark.parametrize("how", ["guardian-killed", "no-guardian"])
 async def test_stale_namespace_is_swept_and_a_live_one_left_alone(runner, how):
     args = ("--grace", "0.3") + (("--no-guardian",) if how == "no-guardian" else ())
