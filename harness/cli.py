@@ -75,6 +75,8 @@ def _target_params() -> list[click.Parameter]:
         click.Option(["--mechanism"], type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True, help="Sandbox mechanism."),
         click.Option(["--tool-ms"], default=DEFAULT_TOOL_MS, show_default=True, type=int, help="Mock: base sleep of !slowbatch tools."),
         click.Option(["--mixed-ms"], default=DEFAULT_MIXED_MS, show_default=True, type=int, help="Mock: sleep of !mixed shell calls."),
+        click.Option(["--ttft-ms"], default=0, show_default=True, type=int, help="Mock: delay before the first byte of every reply (LLM pacing)."),
+        click.Option(["--chunk-delay-ms"], default=0, show_default=True, type=int, help="Mock: delay between the events of a stream (LLM pacing)."),
         click.Option(["--llm-api"], type=click.Choice(["chat", "responses", "anthropic"]), default=None,
                      help="The LLM API the target speaks ({llm_api} in a target file; the reference kernel gets --llm-api). Default: the target file's, else chat."),
         click.Option(["--env", "env_pairs"], multiple=True, metavar="KEY=VALUE",
@@ -118,7 +120,7 @@ def _with(params: Callable[[], list[click.Parameter]]):
     return deco
 
 
-def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs=(), env_pairs=(), llm_api=None, listen=None):
+def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs=(), env_pairs=(), llm_api=None, listen=None, ttft_ms=0, chunk_delay_ms=0):
     from dataclasses import replace
 
     from .launcher import LaunchSettings
@@ -144,7 +146,11 @@ def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms
                 raise UsageError(f"--env {pair!r}: expected KEY=VALUE, e.g. --env OPENAI_BASE_URL={{llm_url}}")
             env[k.strip()] = v
         spec = replace(spec, env=env)
-    return LaunchSettings(target=spec, mechanism=mechanism, tool_ms=tool_ms, mixed_ms=mixed_ms, contract_pairs=tuple(contract_pairs))
+    for flag, v in (("--ttft-ms", ttft_ms), ("--chunk-delay-ms", chunk_delay_ms)):
+        if not 0 <= v <= 60_000:
+            raise UsageError(f"{flag} {v} is invalid: the mock's pacing is whole milliseconds from 0 to 60000")
+    pacing = ("--ttft-ms", str(ttft_ms)) * bool(ttft_ms) + ("--chunk-delay-ms", str(chunk_delay_ms)) * bool(chunk_delay_ms)
+    return LaunchSettings(target=spec, mechanism=mechanism, tool_ms=tool_ms, mixed_ms=mixed_ms, contract_pairs=tuple(contract_pairs), mock_args=pacing)
 
 
 def run_edge(make: Callable[[], Awaitable[Any]]) -> Any:
@@ -161,7 +167,7 @@ def run_edge(make: Callable[[], Awaitable[Any]]) -> Any:
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the sandbox to be ready.")
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def launch_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs, timeout, extra) -> None:
+def launch_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs, timeout, extra) -> None:
     """Start the target and the mock in a private sandbox, detached; print
     `socket:` and `state:` lines (and `connector:` for a TCP or ws kernel).
     ARGS after `--` go to the target."""
@@ -170,7 +176,7 @@ def launch_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mi
 
     if not 0 < timeout <= 3600:
         raise UsageError(f"--timeout {timeout!r} is invalid: the seconds to wait for the sandbox, more than 0 and at most 3600")
-    launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen)  # validate here, fail fast
+    launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen, ttft_ms, chunk_delay_ms)  # validate here, fail fast
     argv = []
     if target_file is not None:
         argv += ["--target", str(target_file)]
@@ -188,6 +194,7 @@ def launch_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mi
         argv += ["--llm-api", llm_api]
     if listen:
         argv += ["--listen", listen]
+    argv += ["--ttft-ms", str(ttft_ms), "--chunk-delay-ms", str(chunk_delay_ms)]
     argv += ["--mechanism", mechanism, "--tool-ms", str(tool_ms), "--mixed-ms", str(mixed_ms), "--", *extra]
     state_path, state = start_detached(argv, timeout)
     click.echo(f"socket: {state['socket']}")
@@ -201,11 +208,11 @@ def launch_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mi
 @cli.command("supervise", hidden=True)
 @click.argument("extra", nargs=-1)
 @_with(_target_params)
-def supervise_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs, extra) -> None:
+def supervise_cmd(target_file, bin_, args, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs, extra) -> None:
     from .supervisor import supervise
 
     try:
-        settings = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen)
+        settings = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen, ttft_ms, chunk_delay_ms)
     except KstressError as exc:
         click.echo(f"error {exc.exit_code} {exc}")
         sys.exit(exc.exit_code)
@@ -288,12 +295,12 @@ def kcli_shell(state, socket, token, protocol, connect_timeout, timeout) -> None
 # --- scenarios ----------------------------------------------------------------------
 
 
-def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, llm_api, env_pairs, contract_pairs):
+def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs):
     from .contract import OTHER, merged
     from .sut import Access
 
     if launch:
-        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen)
+        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen, ttft_ms, chunk_delay_ms)
         if tools_file is not None:
             # the sandbox's mock plans with it, and the run judges with it
             from dataclasses import replace
@@ -303,7 +310,7 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
             load_catalog_file(tools_file, "--tools")
             ls = replace(ls, target=replace(ls.target, tools=str(Path(tools_file).resolve())))
         return Access(launch=ls, tool_ms=tool_ms, mixed_ms=mixed_ms)
-    if target_file or bin_ or args or extra or env_pairs or llm_api or listen:
+    if target_file or bin_ or args or extra or env_pairs or llm_api or listen or ttft_ms or chunk_delay_ms:
         raise UsageError("target options (--target/--bin/--arg/--env/--llm-api/--listen/ARGS) need --launch; without it the running sandbox is used")
     if tools_file is not None and socket is None:
         raise UsageError("--tools needs --launch (the catalog of the sandbox's mock) or --socket (the catalog to judge by); a running sandbox has its own")
@@ -314,7 +321,7 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
                   contract_pairs=tuple(contract_pairs), mock=mock_addr)
 
 
-_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms", "llm_api", "env_pairs", "contract_pairs")
+_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms", "ttft_ms", "chunk_delay_ms", "llm_api", "env_pairs", "contract_pairs")
 _CLICK_TYPES = {int: int, float: float, str: str, Path: click.Path(path_type=Path)}
 
 

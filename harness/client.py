@@ -304,7 +304,7 @@ class KernelClient:
 
     # --- turns -----------------------------------------------------------------
 
-    async def send(self, text: str, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False, timeout_s: float = 60.0) -> Turn:
+    async def send(self, text: str, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False, timeout_s: float = 60.0, session: str | None = None) -> Turn:
         """Send one input. Unless ``raw``, ``text`` is a marker (or None-like
         empty string) and a unique nonce suffix is appended. A kernel that does
         not read the input within ``timeout_s`` times the turn out."""
@@ -314,7 +314,8 @@ class KernelClient:
         turn.t_sent = time.monotonic()
         try:
             async with asyncio.timeout_at(turn.t_sent + timeout_s):
-                await self._send(self.protocol.input_frame(nonce, full, interrupt))
+                frame = self.protocol.input_frame(nonce, full, interrupt) if session is None else self.protocol.input_frame(nonce, full, interrupt, session=session)
+                await self._send(frame)
         except ConnError as exc:
             turn.lost(exc.kind, str(exc))
         except TimeoutError:
@@ -410,8 +411,8 @@ class KernelClient:
             turn.error_message = str(frame.get("message", ""))
             turn.outcome, turn.t_done = "error", t
 
-    async def turn(self, text: str = "", timeout_s: float = 60.0, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False) -> Turn:
-        turn = await self.send(text, interrupt=interrupt, nonce=nonce, raw=raw, timeout_s=timeout_s)
+    async def turn(self, text: str = "", timeout_s: float = 60.0, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False, session: str | None = None) -> Turn:
+        turn = await self.send(text, interrupt=interrupt, nonce=nonce, raw=raw, timeout_s=timeout_s, session=session)
         return await self.collect(turn, timeout_s)
 
     async def stats(self, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -13,6 +13,7 @@ rule as a law.
     dedup       the kernel has a replay guard (the dedup probe runs)
     interrupts  it takes interrupt-priority inputs
     stats       it answers a stats frame (kernel counters, the sampler's queue)
+    sessions    it keeps a history per `session` of the input frames (protocol v1)
 
 Declared in a target file's `[contract]` table and by `--contract KEY=VALUE`
 (repeatable, later wins); recorded in state.json and run.json.
@@ -37,13 +38,14 @@ class Contract:
     dedup: bool = True
     interrupts: bool = True
     stats: bool = True
+    sessions: bool = True
 
     def __post_init__(self) -> None:
         if self.batch not in BATCH_RULES:
             raise UsageError(f"contract batch={self.batch!r} is unknown: use one of {', '.join(BATCH_RULES)} (docs/targets.md)")
         if self.order not in ORDERS:
             raise UsageError(f"contract order={self.order!r} is unknown: use one of {', '.join(ORDERS)}")
-        for f in ("dedup", "interrupts", "stats"):
+        for f in ("dedup", "interrupts", "stats", "sessions"):
             if not isinstance(getattr(self, f), bool):
                 raise UsageError(f"contract {f}={getattr(self, f)!r} must be true or false")
 
@@ -72,12 +74,12 @@ class Contract:
 
 # the reference kernel has them all; another binary declares what it has
 REFKERNEL = Contract()
-OTHER = Contract(dedup=False, interrupts=False, stats=False)
+OTHER = Contract(dedup=False, interrupts=False, stats=False, sessions=False)
 KEYS = tuple(f.name for f in fields(Contract))
 
 
 def _value(key: str, raw: Any, where: str) -> Any:
-    if key in ("dedup", "interrupts", "stats"):
+    if key in ("dedup", "interrupts", "stats", "sessions"):
         if isinstance(raw, bool):
             return raw
         if isinstance(raw, str) and raw.lower() in BOOLS:

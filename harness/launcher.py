@@ -159,6 +159,8 @@ class Launch:
         self._files: list[Any] = []
         self._owner_fd: int | None = None
         self.results: Path | None = None  # the run directory collecting this sandbox's results, if any
+        self.startup_s: float | None = None
+        self.ready_rss_mb: float | None = None
         self.label = ""
 
     # --- paths -----------------------------------------------------------------
@@ -339,10 +341,14 @@ class Launch:
         self.bin_sha256 = await asyncio.to_thread(sha256_of, self.bin_path)
         env = dict(os.environ)
         env.update(self.spec.render_env(values))
+        spawned = time.monotonic()
         self.target_proc = await self.sandbox.spawn(
             self._as_user(self.argv), env=env, cwd=str(self.data_dir), stdout=self._log("target.out"), stderr=self._log("target.err")
         )
         await self._wait_ready()
+        # start-up: spawn -> ready (socket accepting, handshake done), and what it holds then
+        self.startup_s = round(time.monotonic() - spawned, 4)
+        self.ready_rss_mb = _tree_rss_mb(self.target_proc.pid)
 
     async def _wait_ready(self) -> None:
         proc = self.target_proc
@@ -415,6 +421,9 @@ class Launch:
             "tools": self.spec.tools,
             "results": str(self.results) if self.results else None,
             "contract": self.settings.contract.to_json(),
+            "startup_s": self.startup_s,
+            "ready_rss_mb": self.ready_rss_mb,
+            "mock_args": list(self.settings.mock_args),
             "llm_api": self.spec.llm_api,
             "label": self.label,
             "updated": time.time(),
@@ -515,6 +524,20 @@ class Launch:
         if self._owner_fd is not None:
             os.close(self._owner_fd)
             self._owner_fd = None
+
+
+def _tree_rss_mb(pid: int) -> float | None:
+    try:
+        p = psutil.Process(pid)
+        total = p.memory_info().rss
+        for c in p.children(recursive=True):
+            try:
+                total += c.memory_info().rss
+            except psutil.Error:
+                pass
+        return round(total / 2**20, 2)
+    except psutil.Error:
+        return None
 
 
 def sweep_sandbox_dirs(root: Path) -> list[Path]:

@@ -130,10 +130,15 @@ class Protocol:
 
     # --- inputs --------------------------------------------------------------
 
-    def input_frame(self, input_id: str, text: str, interrupt: bool = False) -> dict[str, Any]:
+    def input_frame(self, input_id: str, text: str, interrupt: bool = False, session: str | None = None) -> dict[str, Any]:
+        """One input; ``session`` continues that conversation (docs/protocol.md,
+        *Sessions*). An adapter without sessions may leave the argument out:
+        it is passed only for a session's turns."""
         frame: dict[str, Any] = {"type": "input", "id": input_id, "text": text}
         if interrupt:
             frame["priority"] = "interrupt"
+        if session is not None:
+            frame["session"] = session
         return frame
 
     def stats_frame(self) -> dict[str, Any] | None:

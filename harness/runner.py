@@ -181,7 +181,7 @@ class Run:
         self.extras: dict[str, Any] = {}
         self.t0 = time.monotonic()
 
-    async def record(self, turn: Turn, target: Target, *, progress: bool = True, **labels: Any) -> TurnVerdict:
+    async def record(self, turn: Turn, target: Target, /, *, progress: bool = True, **labels: Any) -> TurnVerdict:
         """Judge one turn against the target's plan, write its row, count it.
         A turn that failed because the target or the mock just died is not
         load: the run ends (TargetDied / MockDied) instead."""
@@ -203,7 +203,7 @@ class Run:
             self.progress.add(v.passed, v.latency_s)
         return v
 
-    async def record_failure(self, marker: str, err: ConnError, target: Target, **labels: Any) -> TurnVerdict:
+    async def record_failure(self, marker: str, err: ConnError, target: Target, /, **labels: Any) -> TurnVerdict:
         """An input that could not be delivered: attempted, so it counts."""
         return await self.record(failed_turn(marker, err), target, **labels)
 

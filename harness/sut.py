@@ -219,6 +219,7 @@ class Target:
                 "name": L.spec.name, "argv": redact(L.argv, (L.token,)), "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
                 "namespace": L.sandbox.name, "mechanism": L.sandbox.mechanism, "sandbox_dir": str(L.run_dir), "launched": True,
                 "llm_api": L.spec.llm_api,
+                "startup_s": L.startup_s, "ready_rss_mb": L.ready_rss_mb,
                 "transport": L.address.scheme, "address": L.address.url,
             }
             if self.label:

@@ -44,6 +44,7 @@ class TurnVerdict(NamedTuple):
     verdict_source: str | None = None  # reply | mock | both: where the verdict was read
     steps: int | None = None  # a tool loop's: steps the kernel completed correctly
     steps_total: int | None = None
+    anatomy: dict[str, Any] | None = None  # where the turn's time went (harness/verdict.py: turn_anatomy)
 
     @property
     def failure(self) -> str | None:
@@ -105,7 +106,7 @@ def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contra
     span = max(ends) - t0
     busy = sum(e - s for s, e in intervals.values())
     failures: list[str] = []
-    peaks, staggers = [], []
+    peaks, staggers, walls = [], [], []
     for step in range(1, max(plan.steps, 1) + 1):
         calls = plan.step_calls(step)
         iv = {c.index: intervals[c.stamp] for c in calls if c.stamp in intervals}
@@ -113,6 +114,7 @@ def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contra
             continue
         peaks.append(peak_overlap(iv.values()))
         staggers.append(max(a for a, _ in iv.values()) - min(a for a, _ in iv.values()))
+        walls.append(max(b for _, b in iv.values()) - min(a for a, _ in iv.values()))
         failures += _step_schedule(calls, iv, contract, t0, f"step {step}: " if plan.kind == "loop" else "")
     fields = {
         "overlap": max(peaks),
@@ -121,6 +123,8 @@ def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contra
         # effective concurrency: the tools' own time over the wall time they took
         "concurrency": round(busy / span, 3) if span > 0 else None,
         "stagger_ms": round(max(staggers) / 1e6, 3),
+        # the tools' wall time: each step's span, summed (a loop's steps run one after another)
+        "tool_wall_ms": round(sum(walls) / 1e6, 3),
     }
     return fields, failures
 
@@ -168,6 +172,44 @@ def _step_schedule(calls: tuple, intervals: dict[int, tuple[int, int]], contract
     else:
         all_overlap(list(intervals), "runs this batch concurrently")
     return failures
+
+
+def turn_anatomy(turn: Turn, mock: dict[str, Any], tool_s: float) -> dict[str, Any] | None:
+    """Where one turn's time went, from both ends of the LLM link on one clock
+    (CLOCK_MONOTONIC: the harness's send and terminal times, the mock's
+    arrival / first byte / last byte of each of the turn's requests):
+
+        pre_llm_s   send -> the first LLM request's arrival (the kernel before its first request)
+        llm_s       every request of the turn, arrival -> last byte, summed
+        between_s   the gaps between requests: the tools and the kernel around them
+        tool_s      the tools' own wall time, where they are timed (KST stamps; 0 otherwise)
+        post_llm_s  the last request's last byte -> the terminal frame
+        overhead_s  latency - llm_s - tool_s: the kernel's own time
+
+    pre + llm + between + post is the latency (to clock resolution). None when
+    the mock has no complete record of the turn."""
+    recs = [r for r in mock.get("records") or () if isinstance(r, dict)]
+    if turn.t_done is None or not recs:
+        return None
+    recs = [r for r in recs if r.get("arrival") is not None and r["arrival"] >= turn.t_sent - 0.001]
+    if not recs or any(r.get("last_byte") is None for r in recs):
+        return None
+    recs.sort(key=lambda r: r["arrival"])
+    latency = turn.t_done - turn.t_sent
+    llm = sum(r["last_byte"] - r["arrival"] for r in recs)
+    between = sum(b["arrival"] - a["last_byte"] for a, b in zip(recs, recs[1:]))
+    first = recs[0]
+    r6 = lambda x: round(x, 6)  # noqa: E731
+    return {
+        "pre_llm_s": r6(first["arrival"] - turn.t_sent),
+        "llm_s": r6(llm),
+        "llm_first_byte_s": r6(first["first_byte"] - first["arrival"]) if first.get("first_byte") is not None else None,
+        "between_s": r6(between),
+        "tool_s": r6(tool_s),
+        "post_llm_s": r6(turn.t_done - recs[-1]["last_byte"]),
+        "overhead_s": r6(latency - llm - tool_s),
+        "requests": len(recs),
+    }
 
 
 def _source(said: Any, recorded: Any) -> str | None:
@@ -224,7 +266,8 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: C
             failures.append("missing_verdict" + (" (neither in the reply nor in the mock's record)" if joined else ""))
         elif tv.nonce != plan.nonce:
             failures.append(f"wrong_nonce ({tv.nonce} != {plan.nonce})")
-        elif not tv.ok:
+        elif not tv.ok and not (tv.history and not contract.sessions):
+            # a kernel declaring sessions=false keeps no history: nothing to hold it to
             failures.append(f"history {tv.history}" if tv.history else "missing_verdict")
     else:
         said_line = parse_verdict(reply)
@@ -244,7 +287,7 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: C
                 failures.append(f"wrong_nonce ({line.nonce} != {plan.nonce})")
             if line.loop not in (None, "ok"):
                 failures.append(f"loop {line.loop} (steps {line.steps}/{line.steps_total})")
-            if line.history not in (None, "ok"):
+            if line.history not in (None, "ok") and contract.sessions:
                 failures.append(f"history {line.history}")
             if line.got != line.expected:
                 failures.append(f"count {line.got}/{line.expected}")
@@ -260,8 +303,13 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: C
             if not stamps:
                 stamps = _stamps_of(mock)
             measured, broken = schedule(plan, timed_intervals(stamps, plan), contract)
+            tool_wall = measured.pop("tool_wall_ms", None)
             fields.update(measured)
             failures.extend(broken)
+            if mock is not None:
+                fields["anatomy"] = turn_anatomy(turn, mock, (tool_wall or 0.0) / 1000)
+    if mock is not None and "anatomy" not in fields and turn.outcome == "response":
+        fields["anatomy"] = turn_anatomy(turn, mock, 0.0)
 
     return TurnVerdict(
         input_id=turn.input_id,

@@ -12,14 +12,15 @@ from ..errors import UsageError
 from ..results import read_run
 from ..runner import RunResult, Scenario, all_checks, recompute
 from ..sut import Access, Target
-from . import abtest, batch, cmp, hold, stress
+from . import abtest, batch, cmp, hold, sessions, stress
 from .abtest import AbtestSettings, run_abtest
 from .batch import BatchSettings, run_batch
 from .cmp import CmpSettings, run_cmp
 from .hold import HoldSettings, run_hold
+from .sessions import SessionsSettings, run_sessions
 from .stress import StressSettings, run_stress
 
-REGISTRY: dict[str, Scenario] = {m.SCENARIO.name: m.SCENARIO for m in (stress, batch, abtest, cmp, hold)}
+REGISTRY: dict[str, Scenario] = {m.SCENARIO.name: m.SCENARIO for m in (stress, batch, abtest, cmp, hold, sessions)}
 
 
 def scenario(name: str) -> Scenario:
@@ -94,4 +95,6 @@ __all__ = [
     "run_hold",
     "run_stress",
     "scenario",
+    "SessionsSettings",
+    "run_sessions",
 ]

@@ -190,7 +190,9 @@ def summarize_cmp(rows: list[dict[str, Any]], s: dict[str, Any], extras: dict[st
         _dim_rate(rows, s, "bombardment", f"pass rate of {s['bombard_conns']} connections at once, higher is better"),
         _dim_rate(rows, s, "stability", f"error-free rate over {s['stability_rounds']} consecutive rounds, higher is better"),
     ]
-    return {"dimensions": dims, "regressed": [d["name"] for d in dims if d["verdict"] == "worse"]}
+    return {"dimensions": dims, "regressed": [d["name"] for d in dims if d["verdict"] == "worse"],
+            # one launch each: shown side by side, not a significance test
+            "startup": (extras or {}).get("startup")}
 
 
 def cmp_checks(summary: dict[str, Any], settings: dict[str, Any] | None = None) -> list[Check]:
@@ -239,6 +241,7 @@ async def run_cmp(settings: CmpSettings) -> RunResult:
 
     async def body(run: Run) -> None:
         s = settings
+        run.extras["startup"] = {v: {"startup_s": t.launch.startup_s, "ready_rss_mb": t.launch.ready_rss_mb} for v, t in targets.items() if t.launch is not None and v in ("old", "new")}
         seqs = {v: Sequential(run, t, s.timeout_s, s.connect_timeout_s) for v, t in targets.items()}
         # the concurrency dimension's serial arm: the kernel's own control, or a control launch
         serial_of = {v: (seqs[f"{v}-control"] if baseline == "control" else seqs[v]) for v in ("old", "new")}
@@ -303,6 +306,11 @@ def render_cmp(doc: dict[str, Any], s: dict[str, Any]) -> str:
         change = "-" if d.get("change") is None else (f"{d['change']:+.1%}" if d["name"] not in ("bombardment", "stability") else f"{d['change'] * 100:+.1f} pts")
         out.append(f"| {d['name']} | {d['metric']} | {val(d, 'old')} | {val(d, 'new')} | {change} | {fmt_num(d.get('p'), '{:.3g}')} | **{d['verdict']}** |")
     out.append("")
+    st_up = s.get("startup") or {}
+    if st_up.get("old") and st_up.get("new"):
+        o, n = st_up["old"], st_up["new"]
+        out.append(f"- start-up (spawn to ready, one launch each): OLD {fmt_ms(o.get('startup_s'))}, NEW {fmt_ms(n.get('startup_s'))}; "
+                   f"RSS at ready OLD {fmt_num(o.get('ready_rss_mb'), '{:.1f} MB')}, NEW {fmt_num(n.get('ready_rss_mb'), '{:.1f} MB')}")
     for d in s.get("dimensions", []):
         if d["name"] == "batch":
             out.append(f"- batch: tools processed OLD {d.get('old_processed')}, NEW {d.get('new_processed')}; error frames OLD {d.get('old_errors')}, NEW {d.get('new_errors')}")

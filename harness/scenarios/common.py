@@ -3,13 +3,31 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 from mock.markers import N_MAX, N_MIN
 
 from ..errors import UsageError
 from ..runner import Progress, Run, RunResult
 from ..sut import Access, Target
 
-__all__ = ["Access", "Progress", "Run", "RunResult", "Target", "check_batch_sizes", "ints"]
+__all__ = ["Access", "Progress", "Run", "RunResult", "Target", "check_batch_sizes", "failure_counts", "ints"]
+
+
+def failure_counts(rows: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
+    """Failed rows by the name of their first failure, without its numbers
+    (`count 1/4` and `count 3/4` are one `count` row), and the first full
+    reason of each as an example."""
+    failures: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for r in rows:
+        if not r.get("passed") and r.get("failures"):
+            reason = r["failures"][0]
+            name = reason.split(" ", 1)[0]
+            failures[name] += 1
+            examples.setdefault(name, reason)
+    return dict(sorted(failures.items())), dict(sorted(examples.items()))
 
 
 def check_batch_sizes(ns: tuple[int, ...], example: str) -> None:

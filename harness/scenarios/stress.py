@@ -33,6 +33,7 @@ from ..runner import Run, RunResult, Scenario, run_scenario
 from ..sampler import Sampler
 from ..stats import summarize
 from ..sut import Access, Target
+from .common import failure_counts
 
 DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
 MAX_INPUTS = 1_000_000
@@ -276,14 +277,7 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
     passed = [r for r in inputs if r.get("passed")]
     # keyed by the failure's name without its numbers (`count 1/4` and
     # `count 3/4` are one row); the first full reason of each is kept as an example
-    failures: Counter[str] = Counter()
-    examples: dict[str, str] = {}
-    for r in inputs:
-        if not r.get("passed") and r.get("failures"):
-            reason = r["failures"][0]
-            name = reason.split(" ", 1)[0]
-            failures[name] += 1
-            examples.setdefault(name, reason)
+    failures, examples = failure_counts(inputs)
     lat = [r["latency_s"] for r in passed if r.get("latency_s") is not None]
     first = [r["first_frame_s"] for r in passed if r.get("first_frame_s") is not None]
     sched = [r["scheduled_s"] for r in passed if r.get("scheduled_s") is not None]
@@ -310,8 +304,30 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
         "reconnects": extras.get("reconnects", 0),
         "capacity_errors": extras.get("capacity_errors", {}),
         "dedup_probe": extras.get("dedup_probe"),
+        "anatomy": anatomy_by_marker(passed),
         "orphans": extras.get("orphans"),
     }
+
+
+ANATOMY_PARTS = ("pre_llm_s", "llm_s", "tool_s", "between_s", "post_llm_s", "overhead_s")
+
+
+def anatomy_by_marker(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per marker (`text` for plain inputs), p50/p95 of each part of the turn
+    anatomy over the passed turns that have one; {} when none has (no mock was asked)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        a = r.get("anatomy")
+        if isinstance(a, dict):
+            groups.setdefault(r.get("marker") or "text", []).append(a)
+    out = {}
+    for marker, parts in sorted(groups.items()):
+        out[marker] = {"n": len(parts)}
+        for k in ANATOMY_PARTS:
+            xs = [p[k] for p in parts if isinstance(p.get(k), (int, float))]
+            st = summarize(xs, (50, 95))
+            out[marker][k] = {"p50": st["p50"], "p95": st["p95"]}
+    return out
 
 
 def _pcts(xs: list[float]) -> dict[str, Any]:
@@ -430,6 +446,15 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
         if p:
             out.append(f"| {name} | {p.get('n')} | {fmt_ms(p.get('p50'))} | {fmt_ms(p.get('p90'))} | {fmt_ms(p.get('p99'))} | {fmt_ms(p.get('max'))} |")
     out.append("")
+    an = s.get("anatomy") or {}
+    if an:
+        out += ["## Where the time went (turn anatomy, passed turns, p50 / p95)", "",
+                "| marker | n | before the LLM | LLM | tools | between requests | after the LLM | kernel overhead |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for m, a in an.items():
+            cells = " | ".join(f"{fmt_ms(a[k]['p50'])} / {fmt_ms(a[k]['p95'])}" for k in ANATOMY_PARTS)
+            out.append(f"| `{m}` | {a['n']} | {cells} |")
+        out += ["", "Kernel overhead = turn − LLM − tools; before + LLM + between + after = the turn (docs/metrics.md).", ""]
     k = s.get("kernel") or {}
     if k:
         out += ["## Kernel counters", "", "| " + " | ".join(k) + " |", "|" + "---:|" * len(k), "| " + " | ".join(str(v) for v in k.values()) + " |", ""]

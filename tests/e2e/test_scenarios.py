@@ -46,6 +46,10 @@ async def test_cmp_of_a_build_against_itself_reports_no_regression(tmp_path):
     assert r.exit_code == 0, r.report
     assert r.summary["regressed"] == []
     assert all(d["verdict"] == "same" for d in r.summary["dimensions"]), r.report
+    # start-up of each, spawn to ready, and its memory then
+    for v in ("old", "new"):
+        assert 0 < r.summary["startup"][v]["startup_s"] < 20 and r.summary["startup"][v]["ready_rss_mb"] > 1
+    assert "start-up (spawn to ready" in r.report
 
 
 async def test_hold_10000_connections_from_one_process(tmp_path):

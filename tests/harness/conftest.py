@@ -63,7 +63,7 @@ class Kernel:
 
 
 @contextlib.asynccontextmanager
-async def running_kernel(*flags: str, tool_ms: int = 200, listen: str | None = None) -> AsyncIterator[Kernel]:
+async def running_kernel(*flags: str, tool_ms: int = 200, listen: str | None = None, mock_flags: tuple[str, ...] = ()) -> AsyncIterator[Kernel]:
     """The real mock and refkernel; ``listen`` (e.g. tcp:127.0.0.1:0) instead
     of a unix socket: on the host's loopback, no sandbox."""
     d = Path(tempfile.mkdtemp(prefix="kst-h"))
@@ -72,7 +72,7 @@ async def running_kernel(*flags: str, tool_ms: int = 200, listen: str | None = N
     try:
         with open(d / "mock.out", "wb") as out, open(d / "mock.err", "wb") as err:
             mock = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "mock", "--port", "0", "--tool-ms", str(tool_ms), "--log", str(d / "mock.jsonl"),
+                sys.executable, "-m", "mock", "--port", "0", "--tool-ms", str(tool_ms), "--log", str(d / "mock.jsonl"), *mock_flags,
                 stdout=out, stderr=err, cwd=ROOT,
             )
         line = await _wait_line(d / "mock.out", "mock listening on ", mock, 20)

@@ -1,0 +1,271 @@
+"""sessions: S concurrent sessions of T turns each, every turn checked for
+session isolation.
+
+Each input carries `session` (protocol v1, docs/protocol.md *Sessions*) and a
+nonce that encodes its session and turn (`mock.markers.session_nonce`), so the
+mock checks that the history of turn t holds exactly turns 1..t-1 **of that
+session**, in order, and no other session's (`history=ok`, or the first foreign
+or missing turn, named). The turns of one session go one after another;
+sessions are spread over the connections, several interleaved on each (so a
+kernel that keys history by connection bleeds them together), and with
+`--reconnect` each turn of a session goes out on the next connection (a
+session resumed elsewhere). A session stops at its first failed turn: the
+kernel keeps no failed turn in its history, so every later one would fail for
+the same reason.
+
+Reported: latency by turn index (does turn 10 cost more than turn 1?), the
+pass rate, every history problem by name, and the kernel's memory growth per
+session held (its process tree's RSS before the first turn and after the last).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import psutil
+
+from mock.errors import MarkerError
+from mock.markers import build_plan, session_nonce
+
+from ..client import ConnError, KernelClient
+from ..errors import UsageError
+from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
+from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header
+from ..results import Check
+from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
+from ..stats import summarize
+from ..sut import Access, Target
+from .common import failure_counts
+from .stress import parse_mix
+
+DEFAULT_MIX = "text:3,!batch2:1"
+
+
+@dataclass(frozen=True)
+class SessionsSettings:
+    sessions: int = opt(8, "--sessions", int, "Concurrent sessions.")
+    turns: int = opt(5, "--turns", int, "Turns per session, one after another.")
+    conns: int | None = opt(None, "--conns", int, "Connections the sessions are spread over (default: a quarter of --sessions, at least 1): several sessions interleave on each.")
+    mix: str = opt(DEFAULT_MIX, "--mix", str, "Weighted markers of the turns, as stress takes them (the last ':N' of an item is its weight).")
+    reconnect: bool = opt(False, "--reconnect", bool, "Send each turn of a session on the next connection: a session resumed elsewhere.")
+    timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
+    connect_timeout_s: float = connect_opt()
+    seed: int = opt(1, "--seed", int, "Seed of the marker mix.")
+    out: Path = out_opt()
+    quiet: bool = quiet_opt()
+
+    def __post_init__(self) -> None:
+        check_timeouts(self)
+        if not 1 <= self.sessions <= 10_000:
+            raise UsageError(f"--sessions {self.sessions} is invalid: use 1 to 10000")
+        if not 1 <= self.turns <= 1000:
+            raise UsageError(f"--turns {self.turns} is invalid: use 1 to 1000 per session")
+        if self.sessions * self.turns > 1_000_000:
+            raise UsageError(f"--sessions x --turns = {self.sessions * self.turns} is over the 1000000 bound of one run")
+        if self.conns is not None and not 1 <= self.conns <= 10_000:
+            raise UsageError(f"--conns {self.conns} is invalid: use 1 to 10000")
+        for marker, _ in parse_mix(self.mix):
+            if marker != "text":
+                try:
+                    kind = build_plan(f"{marker} #p").kind
+                except MarkerError as exc:  # parse_mix has checked: this cannot happen
+                    raise UsageError(f"--mix {marker!r}: {exc}") from None
+                if kind in ("err", "hang"):
+                    raise UsageError(f"--mix {marker!r}: a turn that fails on purpose ends its session; sessions take turns that succeed")
+
+    @property
+    def connections(self) -> int:
+        return self.conns or max(1, self.sessions // 4)
+
+
+def _tree_rss(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        p = psutil.Process(pid)
+        total = p.memory_info().rss
+        for c in p.children(recursive=True):
+            try:
+                total += c.memory_info().rss
+            except psutil.Error:
+                pass
+        return total / 2**20
+    except psutil.Error:
+        return None
+
+
+async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
+    target = Target(access)
+    target.prepare()
+    run_tag = "r" + os.urandom(3).hex()
+    mix = parse_mix(settings.mix)
+    markers = [m for m, _ in mix]
+    weights = [w for _, w in mix]
+
+    async def body(run: Run) -> None:
+        if not target.contract.sessions:
+            run.extras.setdefault("skipped", []).append({"check": "every session kept its own history", "why": "the contract says sessions=false"})
+        conns: list[KernelClient | None] = [None] * settings.connections
+        locks = [asyncio.Lock() for _ in conns]
+        run.extras["memory"] = {"rss_before_mb": _tree_rss(target.target_pid)}
+
+        async def connection(k: int) -> KernelClient | None:
+            async with locks[k]:  # sessions share it: one connects, the others wait
+                c = conns[k]
+                if c is not None and c.connected:
+                    return c
+                if c is not None:
+                    await c.aclose()
+                    run.extras["reconnects"] = run.extras.get("reconnects", 0) + 1
+                try:
+                    conns[k] = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
+                except ConnError:
+                    conns[k] = None
+                    raise
+                return conns[k]
+
+        async def session(k: int) -> None:
+            part = f"{k:04d}"
+            sid = f"s{part}"  # the session field; the nonce spells it _s<part>_t<turn>
+            rng = random.Random(settings.seed * 100_003 + k)
+            for t in range(1, settings.turns + 1):
+                run.check_alive()
+                marker = rng.choices(markers, weights)[0]
+                marker = "" if marker == "text" else marker
+                ci = (k + (t - 1 if settings.reconnect else 0)) % len(conns)
+                labels = dict(kind="session", session=sid, turn=t, conn=ci)
+                try:
+                    client = await connection(ci)
+                except ConnError as exc:
+                    await run.record_failure(marker, exc, target, **labels)
+                    return
+                assert client is not None
+                turn = await client.turn(marker, settings.timeout_s, nonce=session_nonce(run_tag, part, t), session=sid)
+                v = await run.record(turn, target, **labels)
+                if not v.passed:
+                    return  # the kernel keeps no failed turn: every later one would fail for it too
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for k in range(settings.sessions):
+                    tg.create_task(session(k))
+        finally:
+            run.extras["memory"]["rss_after_mb"] = _tree_rss(target.target_pid)
+            for c in conns:
+                if c is not None:
+                    await c.aclose()
+
+    return await run_scenario(SCENARIO, settings, [target], body, total=settings.sessions * settings.turns)
+
+
+def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    turns = [r for r in rows if r.get("kind") == "session"]
+    passed = [r for r in turns if r.get("passed")]
+    failures, examples = failure_counts(turns)
+    by_turn = []
+    for t in sorted({r["turn"] for r in turns}):
+        rs = [r for r in turns if r["turn"] == t]
+        lat = [r["latency_s"] for r in rs if r.get("passed") and r.get("latency_s") is not None]
+        st = summarize(lat, (50, 95))
+        by_turn.append({"turn": t, "attempted": len(rs), "passed": sum(1 for r in rs if r.get("passed")), "p50": st["p50"], "p95": st["p95"], "mean": st["mean"]})
+    sessions = {r["session"] for r in turns}
+    complete = {s for s in sessions if sum(1 for r in passed if r["session"] == s) == settings.get("turns")}
+    mem = extras.get("memory") or {}
+    before, after = mem.get("rss_before_mb"), mem.get("rss_after_mb")
+    growth = (after - before) if before is not None and after is not None else None
+    history = [r["failures"][0] for r in turns if r.get("failures") and r["failures"][0].startswith("history ")]
+    return {
+        "attempted": len(turns),
+        "passed": len(passed),
+        "pass_rate": len(passed) / len(turns) if turns else None,
+        "failures": failures,
+        "failure_examples": examples,
+        "sessions": {"started": len(sessions), "complete": len(complete)},
+        "history_failures": len(history),
+        "history_example": history[0] if history else None,
+        "latency_s": summarize([r["latency_s"] for r in passed if r.get("latency_s") is not None], (50, 95, 99)),
+        "by_turn": by_turn,
+        # the last turn against the first: what a longer history costs
+        "last_vs_first_p50": (by_turn[-1]["p50"] / by_turn[0]["p50"]) if len(by_turn) > 1 and by_turn[0]["p50"] and by_turn[-1]["p50"] else None,
+        "memory": {
+            "rss_before_mb": round(before, 2) if before is not None else None,
+            "rss_after_mb": round(after, 2) if after is not None else None,
+            "kb_per_session": round(growth * 1024 / len(complete), 2) if growth is not None and complete else None,
+        },
+        "reconnects": extras.get("reconnects", 0),
+    }
+
+
+def sessions_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
+    checks = [
+        Check("every turn passed its verdict", s["attempted"] > 0 and s["passed"] == s["attempted"],
+              f"{s['passed']}/{s['attempted']} passed" + (f"; failures: {s['failures']}" if s["failures"] else "")),
+        Check(f"every session ran its {settings.get('turns')} turns", s["sessions"]["complete"] == settings.get("sessions"),
+              f"{s['sessions']['complete']}/{settings.get('sessions')} complete"),
+    ]
+    return checks
+
+
+def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
+    st = doc.get("settings", {})
+    conns = st.get("conns") or max(1, (st.get("sessions") or 1) // 4)
+    out = header(doc, "sessions")
+    out += [
+        f"{st.get('sessions')} sessions x {st.get('turns')} turns over {conns} connections"
+        + (" (each turn on the next connection)" if st.get("reconnect") else " (several sessions interleaved on each)")
+        + f", mix `{st.get('mix')}`",
+        "",
+        "| attempted | passed | pass rate | sessions complete | history problems |",
+        "|---:|---:|---:|---:|---:|",
+        f"| {s.get('attempted')} | {s.get('passed')} | {fmt_pct(s.get('pass_rate'))} | {(s.get('sessions') or {}).get('complete')}/{st.get('sessions')} | {s.get('history_failures')} |",
+        "",
+    ]
+    if s.get("history_example"):
+        out += [f"First history problem: `{s['history_example']}`", ""]
+    if s.get("failures"):
+        ex = s.get("failure_examples") or {}
+        out += ["| failure | count | first seen as |", "|---|---:|---|"]
+        out += [f"| {k} | {v} | `{ex.get(k, k)}` |" for k, v in s["failures"].items()] + [""]
+    out += ["## Latency by turn index (passed turns)", "", "| turn | attempted | passed | p50 | p95 | mean |", "|---:|---:|---:|---:|---:|---:|"]
+    for r in s.get("by_turn") or ():
+        out.append(f"| {r['turn']} | {r['attempted']} | {r['passed']} | {fmt_ms(r['p50'])} | {fmt_ms(r['p95'])} | {fmt_ms(r['mean'])} |")
+    out.append("")
+    if s.get("last_vs_first_p50"):
+        out += [f"The last turn's p50 is {s['last_vs_first_p50']:.2f}x the first's.", ""]
+    m = s.get("memory") or {}
+    if m.get("rss_before_mb") is not None:
+        out += [f"Kernel memory (process tree RSS): {fmt_num(m.get('rss_before_mb'), '{:.1f} MB')} before the first turn, "
+                f"{fmt_num(m.get('rss_after_mb'), '{:.1f} MB')} after the last: **{fmt_num(m.get('kb_per_session'), '{:.1f} KiB')} per session held**.", ""]
+    out += checks_section(doc)
+    return "\n".join(out)
+
+
+def sessions_all_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
+    checks = sessions_checks(s, settings)
+    if settings.get("contract_sessions", True):
+        checks.append(Check("every session kept its own history", s["history_failures"] == 0,
+                            s["history_example"] or "turn t carried exactly turns 1..t-1 of its own session, in every session"))
+    return checks
+
+
+def _settings_json(s: SessionsSettings, targets: Sequence[Target]) -> dict[str, Any]:
+    d = settings_json(s)
+    d["contract_sessions"] = targets[0].contract.sessions if targets else True
+    return d
+
+
+SCENARIO = Scenario(
+    name="sessions",
+    help="Concurrent multi-turn sessions, each turn checked for isolation; latency by turn index; memory per session.",
+    settings=SessionsSettings,
+    run=run_sessions,
+    summarize=summarize_sessions,
+    checks=sessions_all_checks,
+    render=render_sessions,
+    to_json=_settings_json,
+)

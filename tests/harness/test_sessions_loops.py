@@ -1,0 +1,87 @@
+"""Agent loops and sessions on the reference kernel: `!loopK` turns pass, the
+sessions scenario passes, and each new fault fails its scenario by name; and
+the turn anatomy puts a known delay where it belongs. Real mock, real
+refkernel, real socket."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.results import read_jsonl
+from harness.scenarios import BatchSettings, SessionsSettings, StressSettings, run_batch, run_sessions, run_stress
+
+pytestmark = pytest.mark.slow
+LOOPS = "!loop5:2:1,!loop10:1:1"
+
+
+async def test_tool_loops_pass(kernel_factory, out_dir):
+    async with kernel_factory() as k:
+        r = await run_stress(StressSettings(conns=4, inputs=3, mix=LOOPS, out=out_dir, quiet=True), k.access())
+    assert r.exit_code == 0, r.report
+    rows = [x for x in read_jsonl(r.dir / "turns.jsonl") if x["kind"] == "load"]
+    assert {(x["steps"], x["steps_total"]) for x in rows} <= {(5, 5), (10, 10)} and len(rows) == 12
+
+
+@pytest.mark.parametrize("fault, problem", [("loop-drop-results", ":missing"), ("loop-reuse-ids", ":ids")])
+async def test_loop_faults_fail_by_name(kernel_factory, out_dir, fault, problem):
+    async with kernel_factory("--fault", fault) as k:
+        r = await run_stress(StressSettings(conns=2, inputs=2, mix=LOOPS, dedup_probe=False, out=out_dir, quiet=True), k.access())
+    assert r.exit_code == 1, r.report
+    assert set(r.summary["failures"]) == {"loop"}, r.summary["failure_examples"]
+    assert problem in r.summary["failure_examples"]["loop"], r.summary["failure_examples"]
+
+
+async def test_a_loop_fault_fails_batch_too(kernel_factory, out_dir):
+    async with kernel_factory("--fault", "loop-drop-results") as k:
+        r = await run_batch(BatchSettings(ns=(2,), kinds=("slowbatch",), rounds=1, out=out_dir, quiet=True), k.access())
+    # one step per batch: dropping earlier steps' results changes nothing there
+    assert r.exit_code == 0, r.report
+
+
+async def test_sessions_pass_and_crosstalk_names_the_foreign_turn(kernel_factory, out_dir):
+    async with kernel_factory() as k:
+        r = await run_sessions(SessionsSettings(sessions=8, turns=4, out=out_dir, quiet=True), k.access("sessions=true"))
+    assert r.exit_code == 0, r.report
+    assert r.summary["sessions"]["complete"] == 8 and [t["turn"] for t in r.summary["by_turn"]] == [1, 2, 3, 4]
+    async with kernel_factory("--fault", "session-crosstalk") as k:
+        r = await run_sessions(SessionsSettings(sessions=8, turns=4, out=out_dir, quiet=True), k.access("sessions=true"))
+    assert r.exit_code == 1
+    assert r.summary["history_example"].startswith("history foreign:") and "_s00" in r.summary["history_example"]
+
+
+@pytest.mark.parametrize("fault, token", [("drop-history", "missing:t"), ("session-crosstalk", "foreign:")])
+async def test_session_faults_fail_by_name_with_reconnects(kernel_factory, out_dir, fault, token):
+    async with kernel_factory("--fault", fault) as k:
+        r = await run_sessions(SessionsSettings(sessions=4, turns=3, conns=2, reconnect=True, out=out_dir, quiet=True), k.access("sessions=true"))
+    assert r.exit_code == 1 and r.summary["failures"] == {"history": r.summary["history_failures"]}
+    assert token in r.summary["history_example"], r.summary["history_example"]
+
+
+async def test_a_kernel_without_sessions_is_not_held_to_them(kernel_factory, out_dir):
+    """Contract sessions=false: its history is nobody's business; the check is skipped, and said so."""
+    async with kernel_factory("--fault", "drop-history") as k:
+        r = await run_sessions(SessionsSettings(sessions=2, turns=3, out=out_dir, quiet=True), k.access("sessions=false"))
+    assert r.exit_code == 0, r.report
+    assert "SKIPPED every session kept its own history — the contract says sessions=false" in r.report
+
+
+async def test_turn_anatomy_adds_up_and_a_kernel_delay_lands_in_overhead(kernel_factory, out_dir):
+    async def anatomy(*flags):
+        async with kernel_factory(*flags, mock_flags=("--ttft-ms", "40")) as k:
+            r = await run_stress(StressSettings(conns=1, inputs=4, mix="!slowbatch4", dedup_probe=False, out=out_dir, quiet=True), k.access())
+        assert r.exit_code == 0, r.report
+        return [x for x in read_jsonl(r.dir / "turns.jsonl") if x["kind"] == "load"]
+
+    plain = await anatomy()
+    for row in plain:
+        a = row["anatomy"]
+        parts = a["pre_llm_s"] + a["llm_s"] + a["between_s"] + a["post_llm_s"]
+        assert abs(parts - row["latency_s"]) < 0.002, (parts, row["latency_s"], a)  # the parts are the turn
+        assert a["requests"] == 2 and a["llm_s"] >= 0.08  # two requests, each waiting 40 ms for its first byte
+        assert 0.27 <= a["tool_s"] <= a["between_s"]  # the longest sleep is 275 ms, plus stagger
+        assert abs(a["overhead_s"] - (row["latency_s"] - a["llm_s"] - a["tool_s"])) < 1e-5
+    delayed = await anatomy("--delay-ms", "300")
+    med = lambda rows, k: sorted(r["anatomy"][k] for r in rows)[len(rows) // 2]  # noqa: E731
+    assert med(delayed, "overhead_s") - med(plain, "overhead_s") >= 0.29
+    assert med(delayed, "pre_llm_s") >= 0.3
+    assert abs(med(delayed, "llm_s") - med(plain, "llm_s")) < 0.05 and abs(med(delayed, "tool_s") - med(plain, "tool_s")) < 0.05
