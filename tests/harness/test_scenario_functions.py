@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from harness.runner import all_checks, orphan_checks, partial_summary, settings_json
-from harness.scenarios import REGISTRY, AbtestSettings, BatchSettings, CmpSettings, HoldSettings, StressSettings
+from harness.scenarios import REGISTRY, AbtestSettings, BatchSettings, CmpSettings, HoldSettings, SessionsSettings, StressSettings
 
 
 def doc_for(name: str, summary: dict[str, Any], settings: dict[str, Any], extras: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -221,7 +221,7 @@ def test_a_partial_summary_is_the_scenarios_own_plus_its_marks():
 
 
 def test_every_registered_scenario_renders_its_empty_summary():
-    samples = {"stress": StressSettings(), "batch": BatchSettings(), "abtest": AbtestSettings(), "cmp": CmpSettings(old="a", new="b"), "hold": HoldSettings(conns=4, probe=1)}
+    samples = {"stress": StressSettings(), "batch": BatchSettings(), "abtest": AbtestSettings(), "cmp": CmpSettings(old="a", new="b"), "hold": HoldSettings(conns=4, probe=1), "sessions": SessionsSettings()}
     assert set(samples) == set(REGISTRY), "a new scenario needs a line here"
     for name, settings in samples.items():
         st = {**settings_json(settings), "tool_ms_effective": 200}
