@@ -70,10 +70,19 @@ def connect_opt(default: float = CONNECT_TIMEOUT_S) -> Any:
     return opt(default, "--connect-timeout", float, "Seconds to connect and authenticate one connection.")
 
 
+def threshold_opt(flag: str = "--threshold") -> Any:
+    """--threshold EXPR (repeatable), on every scenario: service levels over
+    the run's turns (harness/thresholds.py); one that fails exits 99."""
+    return opt((), flag, str, "A service level, e.g. 'p95<2s', 'pass_rate>=0.99', 'errors[busy]<10', '[!batch4]p95<1s' (repeatable; one that fails exits 99).", multiple=True)
+
+
 def check_timeouts(settings: Any) -> None:
     """--timeout and --connect-timeout within their bounds, naming the flag."""
     from .errors import UsageError
 
+    from .thresholds import check_thresholds
+
+    check_thresholds(settings)  # every scenario checks its timeouts; its thresholds go with them
     for flag, v in (("--timeout", getattr(settings, "timeout_s", None)), ("--connect-timeout", getattr(settings, "connect_timeout_s", None))):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.1 <= v <= 3600):
             raise UsageError(f"{flag} {v!r} is invalid: use 0.1 to 3600 seconds")

@@ -23,7 +23,7 @@ def fmt_num(v: Any, fmt: str = "{:.3g}") -> str:
 
 def header(doc: dict[str, Any], title: str) -> list[str]:
     started = dt.datetime.fromtimestamp(doc.get("started", 0), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-    status = "PASS" if doc.get("passed") else "FAIL"
+    status = "PASS" if doc.get("passed") else ("FAIL (a threshold)" if doc.get("exit_code") == 99 else "FAIL")
     out = [f"# kstress {title} — {status}", ""]
     code = doc.get("exit_code")
     out.append(f"- started {started}, {doc.get('duration_s') or 0:.1f} s, " + (f"exit code {code}" if code is not None else "never finished (no exit code)"))
@@ -52,4 +52,31 @@ def checks_section(doc: dict[str, Any]) -> list[str]:
     for sk in (doc.get("extras") or {}).get("skipped") or ():
         out.append(f"- SKIPPED {sk.get('check')} — {sk.get('why')}")
     out.append("")
+    thresholds = (doc.get("summary") or {}).get("thresholds") or ()
+    if thresholds:
+        from .thresholds import fmt_value
+
+        out += ["## Thresholds", "", "| threshold | measured | result | |", "|---|---:|---|---|"]
+        for t in thresholds:
+            out.append(f"| `{t['expr']}` | {fmt_value(t['expr'], t.get('value'))} | {'PASS' if t['passed'] else '**FAIL**'} | {t.get('detail') or ''} |")
+        failed = sum(not t["passed"] for t in thresholds)
+        out += ["", f"{failed} of {len(thresholds)} thresholds failed: exit code 99." if failed else f"All {len(thresholds)} thresholds held.", ""]
+    return out
+
+
+def latency_by_marker_section(s: dict[str, Any], title: str = "Latency by marker (passed turns)") -> list[str]:
+    """summary.latency_by_marker (harness/thresholds.py) as one table: the
+    all-turns row first, then one row per marker; and the throughput windows."""
+    rows = s.get("latency_by_marker") or {}
+    out: list[str] = []
+    if rows:
+        out += [f"## {title}", "", "| marker | n | p50 | p90 | p95 | p99 | max | mean |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for m, st in rows.items():
+            name = "**all**" if m == "all" else f"`{m}`"
+            out.append(f"| {name} | {st.get('n')} | " + " | ".join(fmt_ms(st.get(k)) for k in ("p50", "p90", "p95", "p99", "max", "mean")) + " |")
+        out.append("")
+    tp = s.get("throughput")
+    if isinstance(tp, dict) and tp.get("windows"):
+        out += [f"Throughput in {tp['window_s']:g} s windows: stable {tp['stable_per_s']:.1f}/s (median of the whole windows), "
+                f"peak {tp['peak_per_s']:.1f}/s, over {len(tp['windows'])} windows.", ""]
     return out

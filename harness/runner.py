@@ -39,6 +39,7 @@ from .errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_THRESHOLD,
     EXIT_USAGE,
     KstressError,
     TargetDied,
@@ -47,6 +48,7 @@ from .errors import (
 from .results import FLUSH_EVERY_S, Check, RunDir, host_meta
 from .stats import LogHistogram
 from .sut import Target
+from .thresholds import evaluate, parse_thresholds
 from .verdict import TurnVerdict
 
 Rows = list[dict[str, Any]]
@@ -89,6 +91,8 @@ class Scenario:
     render: Callable[[dict[str, Any], dict[str, Any]], str]
     to_json: Callable[[Any, Sequence[Target]], dict[str, Any]] = settings_json
     access: bool = True  # takes --launch/--state/--socket and the target options
+    # the rows --threshold judges: the load, without probes and warm-up
+    threshold_rows: Callable[[Rows], Rows] = lambda rows: [r for r in rows if r.get("kind") != "probe" and not r.get("warmup")]
 
 
 def orphan_checks(extras: dict[str, Any]) -> list[Check]:
@@ -102,6 +106,24 @@ def orphan_checks(extras: dict[str, Any]) -> list[Check]:
 
 def all_checks(scenario: Scenario, summary: dict[str, Any], settings: dict[str, Any], extras: dict[str, Any]) -> list[Check]:
     return scenario.checks(summary, settings) + orphan_checks(extras)
+
+
+def threshold_results(scenario: Scenario, rows: Rows, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """summary.thresholds: each --threshold with its measured value, from the raw rows."""
+    exprs = settings.get("thresholds") or ()
+    if not exprs:
+        return []
+    return [r.to_json() for r in evaluate(parse_thresholds(exprs), scenario.threshold_rows(rows))]
+
+
+def verdict_of(checks: Sequence[Check], summary: dict[str, Any]) -> tuple[bool, int]:
+    """passed and exit code of a run that completed: checks first (1), then
+    service levels (99, k6's code), else 0."""
+    if not all(c.passed for c in checks):
+        return False, EXIT_CHECKS_FAILED
+    if not all(t["passed"] for t in summary.get("thresholds") or ()):
+        return False, EXIT_THRESHOLD
+    return True, EXIT_OK
 
 
 def partial_summary(scenario: Scenario, rows: Rows, settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
@@ -347,9 +369,9 @@ def _write(scenario: Scenario, settings: Any, targets: Sequence[Target], run: Ru
         return RunResult(scenario.name, False, exit_code, None, {}, (), "", message)
     doc = _doc(scenario, settings, targets, run, started, status)
     summary, checks = recompute(scenario, doc, rows, reason=message)
-    passed = exit_code == EXIT_OK and all(c.passed for c in checks)
-    if exit_code == EXIT_OK and not passed:
-        exit_code = EXIT_CHECKS_FAILED
+    passed = False
+    if exit_code == EXIT_OK:
+        passed, exit_code = verdict_of(checks, summary)
     doc.update(passed=passed, exit_code=exit_code, error=message, summary=summary, checks=[c.to_json() for c in checks])
     rundir.finish(doc)
     report = scenario.render(doc, summary)
@@ -363,5 +385,9 @@ def recompute(scenario: Scenario, doc: dict[str, Any], rows: Rows, reason: str |
     settings, extras = doc.get("settings") or {}, doc.get("extras") or {}
     if doc.get("status", "completed") == "completed" and not (doc.get("summary") or {}).get("partial"):
         summary = scenario.summarize(rows, settings, extras)
-        return summary, all_checks(scenario, summary, settings, extras)
-    return partial_summary(scenario, rows, settings, extras), [Check("run completed", False, reason or doc.get("error") or "")]
+        checks = all_checks(scenario, summary, settings, extras)
+    else:
+        summary, checks = partial_summary(scenario, rows, settings, extras), [Check("run completed", False, reason or doc.get("error") or "")]
+    if settings.get("thresholds"):
+        summary["thresholds"] = threshold_results(scenario, rows, settings)
+    return summary, checks

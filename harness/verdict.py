@@ -66,6 +66,16 @@ class TurnVerdict(NamedTuple):
         return d
 
 
+def failure_name(row: dict[str, Any]) -> str | None:
+    """A failed row's name: the first word of its first failure, numbers and
+    detail dropped (`count 1/4` -> `count`, `error_frame:busy` stays whole):
+    the key of every failures table and of ``errors[NAME]`` thresholds."""
+    fs = row.get("failures")
+    if row.get("passed") or not fs:
+        return None
+    return fs[0].split(" ", 1)[0]
+
+
 # what the schedule check names: a turn failing only by these still ran every
 # tool -- its tool time is a sample of how the kernel schedules (abtest, cmp)
 SCHEDULE_FAILURES = ("overlap", "barrier", "no_overlap")

@@ -10,7 +10,7 @@ import psutil
 
 from ..errors import UsageError
 from ..results import read_run
-from ..runner import RunResult, Scenario, all_checks, recompute
+from ..runner import RunResult, Scenario, all_checks, recompute, verdict_of
 from ..sut import Access, Target
 from . import abtest, batch, cmp, hold, sessions, stress
 from .abtest import AbtestSettings, run_abtest
@@ -48,13 +48,13 @@ def rerender(path: Path) -> str:
             reason = _why_still_running(doc)
             notes.append(reason)
         summary, checks = recompute(sc, doc, rows, reason=reason)
-        passed = status == "completed" and all(c.passed for c in checks)
+        passed = status == "completed" and verdict_of(checks, summary)[0]
         if status == "completed" and passed != bool(doc.get("passed")):
             notes.append(
                 f"run.json recorded {'PASS' if doc.get('passed') else 'FAIL'} (exit code {doc.get('exit_code')}); the raw files now say "
                 f"{'PASS' if passed else 'FAIL'}: were they edited after the run?"
             )
-        view = {**doc, "passed": passed, "checks": [c.to_json() for c in checks], "notes": notes}
+        view = {**doc, "passed": passed, "summary": summary, "checks": [c.to_json() for c in checks], "notes": notes}
         text = sc.render(view, summary)
     (path / "report.md").write_text(text)
     return text

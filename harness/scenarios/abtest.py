@@ -25,7 +25,7 @@ from mock.markers import MS_MAX, build_plan
 
 from ..contract import Contract
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
+from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..report import checks_section, fmt_ms, fmt_num, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
@@ -72,6 +72,7 @@ class AbtestSettings:
     connect_timeout_s: float = connect_opt()
     out: Path = out_opt()
     quiet: bool = quiet_opt()
+    thresholds: tuple[str, ...] = threshold_opt()
 
     def __post_init__(self) -> None:
         check_timeouts(self)

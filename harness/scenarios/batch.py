@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
+from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..report import checks_section, fmt_ms, fmt_pct, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
@@ -39,6 +39,7 @@ class BatchSettings:
     connect_timeout_s: float = connect_opt()
     out: Path = out_opt()
     quiet: bool = quiet_opt()
+    thresholds: tuple[str, ...] = threshold_opt()
 
     def __post_init__(self) -> None:
         check_timeouts(self)

@@ -26,7 +26,7 @@ from mock.markers import DEFAULT_TOOL_MS, N_MAX
 from ..client import ConnError
 from ..errors import UsageError
 from ..launcher import LaunchSettings
-from ..options import arg, check_timeouts, connect_opt, contract_opt, opt, out_opt, quiet_opt
+from ..options import arg, check_timeouts, connect_opt, contract_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..report import checks_section, fmt_ms, fmt_num, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
@@ -71,6 +71,7 @@ class CmpSettings:
     listen: str | None = opt(None, "--listen", str, "How both kernels listen inside their sandboxes (default: each target's, else unix).", choices=("unix", "tcp", "ws"))
     out: Path = out_opt()
     quiet: bool = quiet_opt()
+    thresholds: tuple[str, ...] = threshold_opt()
 
     def __post_init__(self) -> None:
         check_timeouts(self)

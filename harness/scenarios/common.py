@@ -11,6 +11,7 @@ from mock.markers import N_MAX, N_MIN
 from ..errors import UsageError
 from ..runner import Progress, Run, RunResult
 from ..sut import Access, Target
+from ..verdict import failure_name
 
 __all__ = ["Access", "Progress", "Run", "RunResult", "Target", "check_batch_sizes", "failure_counts", "ints"]
 
@@ -22,11 +23,10 @@ def failure_counts(rows: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str
     failures: Counter[str] = Counter()
     examples: dict[str, str] = {}
     for r in rows:
-        if not r.get("passed") and r.get("failures"):
-            reason = r["failures"][0]
-            name = reason.split(" ", 1)[0]
+        name = failure_name(r)
+        if name is not None:
             failures[name] += 1
-            examples.setdefault(name, reason)
+            examples.setdefault(name, r["failures"][0])
     return dict(sorted(failures.items())), dict(sorted(examples.items()))
 
 

@@ -34,11 +34,12 @@ from mock.markers import build_plan, session_nonce
 
 from ..client import ConnError, KernelClient
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
-from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header
+from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..stats import summarize
+from ..thresholds import LATENCY_PS, latency_by_marker, throughput_windows
 from ..sut import Access, Target
 from .common import failure_counts
 from .stress import parse_mix
@@ -58,6 +59,7 @@ class SessionsSettings:
     seed: int = opt(1, "--seed", int, "Seed of the marker mix.")
     out: Path = out_opt()
     quiet: bool = quiet_opt()
+    thresholds: tuple[str, ...] = threshold_opt()
 
     def __post_init__(self) -> None:
         check_timeouts(self)
@@ -188,7 +190,9 @@ def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], ext
         "sessions": {"started": len(sessions), "complete": len(complete)},
         "history_failures": len(history),
         "history_example": history[0] if history else None,
-        "latency_s": summarize([r["latency_s"] for r in passed if r.get("latency_s") is not None], (50, 95, 99)),
+        "latency_s": summarize([r["latency_s"] for r in passed if r.get("latency_s") is not None], LATENCY_PS),
+        "latency_by_marker": latency_by_marker(turns),
+        "throughput": throughput_windows(turns),
         "by_turn": by_turn,
         # the last turn against the first: what a longer history costs
         "last_vs_first_p50": (by_turn[-1]["p50"] / by_turn[0]["p50"]) if len(by_turn) > 1 and by_turn[0]["p50"] and by_turn[-1]["p50"] else None,
@@ -231,6 +235,7 @@ def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
         ex = s.get("failure_examples") or {}
         out += ["| failure | count | first seen as |", "|---|---:|---|"]
         out += [f"| {k} | {v} | `{ex.get(k, k)}` |" for k, v in s["failures"].items()] + [""]
+    out += latency_by_marker_section(s)
     out += ["## Latency by turn index (passed turns)", "", "| turn | attempted | passed | p50 | p95 | mean |", "|---:|---:|---:|---:|---:|---:|"]
     for r in s.get("by_turn") or ():
         out.append(f"| {r['turn']} | {r['attempted']} | {r['passed']} | {fmt_ms(r['p50'])} | {fmt_ms(r['p95'])} | {fmt_ms(r['mean'])} |")

@@ -26,12 +26,13 @@ from mock.markers import build_plan
 
 from ..client import ConnError, KernelClient, new_nonce
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt
-from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header
+from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
 from ..sampler import Sampler
 from ..stats import summarize
+from ..thresholds import LATENCY_PS, latency_by_marker, span_s, throughput_windows
 from ..sut import Access, Target
 from .common import failure_counts
 
@@ -93,6 +94,7 @@ class StressSettings:
     dedup_probe: bool = opt(True, "--no-dedup-probe", bool, "Skip the replay-guard probe (for kernels without one).")
     out: Path = out_opt()
     quiet: bool = quiet_opt()
+    thresholds: tuple[str, ...] = threshold_opt()
 
     def __post_init__(self) -> None:
         if not 1 <= self.conns <= 20_000:
@@ -274,6 +276,7 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
     `kstress report` recomputes it from turns.jsonl."""
     extras = extras or {}
     inputs = [r for r in rows if r.get("kind") in ("load", "interrupt")]
+    stat_rows = [r for r in inputs if not r.get("warmup")]
     passed = [r for r in inputs if r.get("passed")]
     # keyed by the failure's name without its numbers (`count 1/4` and
     # `count 3/4` are one row); the first full reason of each is kept as an example
@@ -282,7 +285,8 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
     first = [r["first_frame_s"] for r in passed if r.get("first_frame_s") is not None]
     sched = [r["scheduled_s"] for r in passed if r.get("scheduled_s") is not None]
     interrupts = [r for r in inputs if r.get("kind") == "interrupt"]
-    duration = max((r.get("t_rel", 0) + (r.get("latency_s") or 0) for r in inputs), default=0.0)
+    # from the first send to the last end: what the load took, the same span a throughput threshold uses
+    duration = span_s(stat_rows)
     kstats = extras.get("kernel_stats") or {}
     res = extras.get("resources") or {}
     return {
@@ -293,9 +297,11 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
         "failure_examples": dict(sorted(examples.items())),
         "interrupts": {"attempted": len(interrupts), "passed": sum(1 for r in interrupts if r.get("passed"))},
         "latency_s": _pcts(lat),
+        "latency_by_marker": latency_by_marker(stat_rows),
+        "throughput": throughput_windows(stat_rows),
         "first_frame_s": _pcts(first),
         "scheduled_latency_s": _pcts(sched) if sched else None,
-        "throughput_per_s": round(len(passed) / duration, 2) if duration > 0 else None,
+        "throughput_per_s": round(sum(1 for r in stat_rows if r.get("passed")) / duration, 2) if duration > 0 else None,
         "duration_s": round(duration, 3),
         "kernel": {k: kstats.get(k) for k in ("executed", "rejected", "suspended", "resumed", "preempted", "duplicates", "peak_queued", "children", "llm_state") if k in kstats},
         # 0 is a peak too: only a missing value is skipped
@@ -331,7 +337,7 @@ def anatomy_by_marker(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _pcts(xs: list[float]) -> dict[str, Any]:
-    s = summarize(xs, (50, 90, 99))
+    s = summarize(xs, LATENCY_PS)
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items()}
 
 
@@ -440,12 +446,13 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
         ex = s.get("failure_examples") or {}
         out += ["| failure | count | first seen as |", "|---|---:|---|"]
         out += [f"| {k} | {v} | `{ex.get(k, k)}` |" for k, v in s["failures"].items()] + [""]
-    out += ["## Latency (passed turns only)", "", "| measure | n | p50 | p90 | p99 | max |", "|---|---:|---:|---:|---:|---:|"]
+    out += ["## Latency (passed turns only)", "", "| measure | n | p50 | p90 | p95 | p99 | max | mean |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, key in (("done (from send)", "latency_s"), ("first frame", "first_frame_s"), ("done (from schedule)", "scheduled_latency_s")):
         p = s.get(key)
         if p:
-            out.append(f"| {name} | {p.get('n')} | {fmt_ms(p.get('p50'))} | {fmt_ms(p.get('p90'))} | {fmt_ms(p.get('p99'))} | {fmt_ms(p.get('max'))} |")
+            out.append(f"| {name} | {p.get('n')} | " + " | ".join(fmt_ms(p.get(k)) for k in ("p50", "p90", "p95", "p99", "max", "mean")) + " |")
     out.append("")
+    out += latency_by_marker_section(s)
     an = s.get("anatomy") or {}
     if an:
         out += ["## Where the time went (turn anatomy, passed turns, p50 / p95)", "",
