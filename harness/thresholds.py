@@ -82,11 +82,13 @@ class ThresholdResult:
         return {"expr": self.expr, "value": self.value, "passed": self.passed, "detail": self.detail}
 
 
-def _bad(expr: str, why: str) -> UsageError:
-    return UsageError(f"--threshold {expr!r}: {why}; the grammar is {GRAMMAR}")
+def parse_threshold(expr: str, flag: str = "--threshold") -> Threshold:
+    """One expression; a bad one is a UsageError naming ``flag``, the
+    expression, what is wrong and the grammar."""
 
+    def _bad(expr: str, why: str) -> UsageError:
+        return UsageError(f"{flag} {expr!r}: {why}; the grammar is {GRAMMAR}")
 
-def parse_threshold(expr: str) -> Threshold:
     m = _EXPR.match(expr)
     if not m:
         raise _bad(expr, "not a threshold expression")
@@ -142,9 +144,9 @@ def parse_threshold(expr: str) -> Threshold:
     return Threshold(expr.strip(), metric, m["op"], bound, pct, name.strip() if name else None, tuple(markers), tuple(fields))
 
 
-def parse_thresholds(exprs: Iterable[str]) -> tuple[Threshold, ...]:
+def parse_thresholds(exprs: Iterable[str], flag: str = "--threshold") -> tuple[Threshold, ...]:
     """Every expression, each error named: the first bad one ends the run before it starts."""
-    return tuple(parse_threshold(e) for e in exprs)
+    return tuple(parse_threshold(e, flag) for e in exprs)
 
 
 def check_thresholds(settings: Any) -> None:
