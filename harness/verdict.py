@@ -99,6 +99,11 @@ def timed_intervals(stamps: dict[int, tuple[int | None, int | None]], plan: Plan
     return out
 
 
+# Steps of a loop whose tools sleep less than this are judged together for
+# overlap (schedule()); at and above it every step must overlap on its own.
+OVERLAP_STRICT_MS = 100
+
+
 def _at(iv: tuple[int, int], t0: int) -> str:
     return f"+{(iv[0] - t0) / 1e6:.1f}–{(iv[1] - t0) / 1e6:.1f} ms"
 
@@ -117,6 +122,9 @@ def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contra
     busy = sum(e - s for s, e in intervals.values())
     failures: list[str] = []
     peaks, staggers, walls = [], [], []
+    # a loop's short steps: (step, its no_overlap failures), judged together below
+    short_misses: list[list[str]] = []
+    short_steps = 0
     for step in range(1, max(plan.steps, 1) + 1):
         calls = plan.step_calls(step)
         iv = {c.index: intervals[c.stamp] for c in calls if c.stamp in intervals}
@@ -125,7 +133,21 @@ def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contra
         peaks.append(peak_overlap(iv.values()))
         staggers.append(max(a for a, _ in iv.values()) - min(a for a, _ in iv.values()))
         walls.append(max(b for _, b in iv.values()) - min(a for a, _ in iv.values()))
-        failures += _step_schedule(calls, iv, contract, t0, f"step {step}: " if plan.kind == "loop" else "")
+        found = _step_schedule(calls, iv, contract, t0, f"step {step}: " if plan.kind == "loop" else "")
+        if plan.kind == "loop" and len(iv) > 1 and max(c.sleep_ms or 0 for c in calls) < OVERLAP_STRICT_MS:
+            short_steps += 1
+            missed = [f for f in found if f.startswith("no_overlap")]
+            if missed:
+                short_misses.append(missed)
+            found = [f for f in found if not f.startswith("no_overlap")]
+        failures += found
+    # A tool shorter than the start stagger of a loaded kernel (tens of ms
+    # with 32 connections on 2 cores) may end before its sibling starts even
+    # when both were started at once: one such step proves nothing. A
+    # concurrent kernel overlaps in most steps, a serial one in none, so the
+    # short steps of a loop fail together, when not one of them overlapped.
+    if short_steps and len(short_misses) == short_steps:
+        failures += [f"{short_misses[0][0][:-1]}; no step of {short_steps} overlapped)"]
     fields = {
         "overlap": max(peaks),
         "tool_span_ms": span / 1e6,
