@@ -70,10 +70,10 @@ def connect_opt(default: float = CONNECT_TIMEOUT_S) -> Any:
     return opt(default, "--connect-timeout", float, "Seconds to connect and authenticate one connection.")
 
 
-def threshold_opt(flag: str = "--threshold") -> Any:
+def threshold_opt(flag: str = "--threshold", help: str = "(repeatable; one that fails exits 99)") -> Any:
     """--threshold EXPR (repeatable), on every scenario: service levels over
     the run's turns (harness/thresholds.py); one that fails exits 99."""
-    return opt((), flag, str, "A service level, e.g. 'p95<2s', 'pass_rate>=0.99', 'errors[busy]<10', '[!batch4]p95<1s' (repeatable; one that fails exits 99).", multiple=True)
+    return opt((), flag, str, f"A service level, e.g. 'p95<2s', 'pass_rate>=0.99', 'errors[busy]<10', '[!batch4]p95<1s' {help}.", multiple=True)
 
 
 def check_timeouts(settings: Any) -> None:

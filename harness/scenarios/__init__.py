@@ -12,7 +12,7 @@ from ..errors import UsageError
 from ..results import read_run
 from ..runner import RunResult, Scenario, all_checks, recompute, verdict_of
 from ..sut import Access, Target
-from . import abtest, batch, cmp, hold, sessions, stress
+from . import abtest, batch, cmp, findmax, hold, sessions, stress
 from .abtest import AbtestSettings, run_abtest
 from .batch import BatchSettings, run_batch
 from .cmp import CmpSettings, run_cmp
@@ -20,7 +20,7 @@ from .hold import HoldSettings, run_hold
 from .sessions import SessionsSettings, run_sessions
 from .stress import StressSettings, run_stress
 
-REGISTRY: dict[str, Scenario] = {m.SCENARIO.name: m.SCENARIO for m in (stress, batch, abtest, cmp, hold, sessions)}
+REGISTRY: dict[str, Scenario] = {m.SCENARIO.name: m.SCENARIO for m in (stress, batch, abtest, cmp, hold, sessions, findmax)}
 
 
 def scenario(name: str) -> Scenario:

@@ -11,9 +11,10 @@ from mock.markers import N_MAX, N_MIN
 from ..errors import UsageError
 from ..runner import Progress, Run, RunResult
 from ..sut import Access, Target
+from ..thresholds import latency_stats, span_s
 from ..verdict import failure_name
 
-__all__ = ["Access", "Progress", "Run", "RunResult", "Target", "check_batch_sizes", "failure_counts", "ints"]
+__all__ = ["Access", "Progress", "Run", "RunResult", "Target", "check_batch_sizes", "failure_counts", "ints", "level_stats"]
 
 
 def failure_counts(rows: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
@@ -28,6 +29,25 @@ def failure_counts(rows: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str
             failures[name] += 1
             examples.setdefault(name, r["failures"][0])
     return dict(sorted(failures.items())), dict(sorted(examples.items()))
+
+
+def level_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One load level's row (a stage of a ramp, a step of find-max):
+    attempted, passed, pass rate, p50/p95/p99 and mean of the passed turns,
+    throughput over the turns' own span, failures by name."""
+    passed = [r for r in rows if r.get("passed")]
+    lat = [r["latency_s"] for r in passed if isinstance(r.get("latency_s"), (int, float))]
+    span = span_s(rows)
+    failures, _ = failure_counts(rows)
+    st = latency_stats(lat)
+    return {
+        "attempted": len(rows),
+        "passed": len(passed),
+        "pass_rate": round(len(passed) / len(rows), 6) if rows else None,
+        "latency_s": {k: st.get(k) for k in ("n", "p50", "p95", "p99", "max", "mean")},
+        "throughput_per_s": round(len(passed) / span, 3) if span > 0 else None,
+        "errors": failures,
+    }
 
 
 def check_batch_sizes(ns: tuple[int, ...], example: str) -> None:

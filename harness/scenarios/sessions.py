@@ -23,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import psutil
 
@@ -40,11 +42,13 @@ from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..stats import summarize
 from ..thresholds import LATENCY_PS, latency_by_marker, throughput_windows
+from ..shapes import DURATION_HELP, Ramp, duration_parser, follow_level, parse_stages
 from ..sut import Access, Target
 from .common import failure_counts
-from .stress import parse_mix
+from .stress import check_shape, parse_mix, stage_section, stage_table
 
 DEFAULT_MIX = "text:3,!batch2:1"
+MAX_TURNS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class SessionsSettings:
     conns: int | None = opt(None, "--conns", int, "Connections the sessions are spread over (default: a quarter of --sessions, at least 1): several sessions interleave on each.")
     mix: str = opt(DEFAULT_MIX, "--mix", str, "Weighted markers of the turns, as stress takes them (the last ':N' of an item is its weight).")
     reconnect: bool = opt(False, "--reconnect", bool, "Send each turn of a session on the next connection: a session resumed elsewhere.")
+    duration_s: float | None = opt(None, "--duration", str, f"Run length: --sessions sessions at a time, a new one starting as one ends, until it ends ({DURATION_HELP}).", parse=duration_parser("--duration"))
+    stages: tuple[str, ...] = opt((), "--stage", str, "DURATION:TARGET, repeatable: ramp linearly to TARGET concurrent sessions within DURATION, from 0; e.g. --stage 10s:32 --stage 30s:32.", multiple=True)
+    warmup_s: float | None = opt(None, "--warmup", str, "The first DURATION of a timed run is warm-up: its turns are verified but kept out of every statistic and threshold.", parse=duration_parser("--warmup"))
     timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
     connect_timeout_s: float = connect_opt()
     seed: int = opt(1, "--seed", int, "Seed of the marker mix.")
@@ -80,9 +87,24 @@ class SessionsSettings:
                 if kind in ("err", "hang"):
                     raise UsageError(f"--mix {marker!r}: a turn that fails on purpose ends its session; sessions take turns that succeed")
 
+        check_shape(self)
+
+    @property
+    def timed(self) -> bool:
+        return bool(self.stages) or self.duration_s is not None
+
+    def ramp(self) -> Ramp | None:
+        if self.stages:
+            return Ramp(parse_stages(self.stages, integer=True))
+        return Ramp.constant(self.sessions, self.duration_s) if self.duration_s is not None else None
+
+    @property
+    def peak_sessions(self) -> int:
+        return int(max(st.target for st in parse_stages(self.stages, integer=True))) if self.stages else self.sessions
+
     @property
     def connections(self) -> int:
-        return self.conns or max(1, self.sessions // 4)
+        return self.conns or max(1, self.peak_sessions // 4)
 
 
 def _tree_rss(pid: int | None) -> float | None:
@@ -131,16 +153,24 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
                     raise
                 return conns[k]
 
-        async def session(k: int) -> None:
+        t0 = time.monotonic()
+        warm_until = t0 + settings.warmup_s if settings.warmup_s else None
+        run.extras["load_t0_rel"] = round(t0 - run.t0, 4)
+
+        async def session(k: int, keep_going: Callable[[], bool] | None = None) -> None:
             part = f"{k:04d}"
             sid = f"s{part}"  # the session field; the nonce spells it _s<part>_t<turn>
             rng = random.Random(settings.seed * 100_003 + k)
             for t in range(1, settings.turns + 1):
+                if keep_going is not None and not keep_going():
+                    return  # the time ended: a session cut short, not failed
                 run.check_alive()
                 marker = rng.choices(markers, weights)[0]
                 marker = "" if marker == "text" else marker
                 ci = (k + (t - 1 if settings.reconnect else 0)) % len(conns)
-                labels = dict(kind="session", session=sid, turn=t, conn=ci)
+                labels: dict[str, Any] = dict(kind="session", session=sid, turn=t, conn=ci)
+                if warm_until is not None and time.monotonic() < warm_until:
+                    labels["warmup"] = True
                 try:
                     client = await connection(ci)
                 except ConnError as exc:
@@ -152,21 +182,42 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
                 if not v.passed:
                     return  # the kernel keeps no failed turn: every later one would fail for it too
 
+        next_id = 0
+        max_sessions = MAX_TURNS // settings.turns  # every load loop is bounded
+        full = asyncio.Event()
+
+        async def worker(_wid: int, keep_going: Callable[[], bool]) -> None:
+            """A slot of the shape: one session after another while it lasts."""
+            nonlocal next_id
+            while keep_going():
+                if next_id >= max_sessions:
+                    full.set()
+                    return
+                k, next_id = next_id, next_id + 1
+                await session(k, keep_going)
+
         try:
-            async with asyncio.TaskGroup() as tg:
-                for k in range(settings.sessions):
-                    tg.create_task(session(k))
+            ramp = settings.ramp()
+            if ramp is not None:
+                await follow_level(ramp, t0, worker, stop=full)
+            else:
+                async with asyncio.TaskGroup() as tg:
+                    for k in range(settings.sessions):
+                        tg.create_task(session(k))
         finally:
             run.extras["memory"]["rss_after_mb"] = _tree_rss(target.target_pid)
             for c in conns:
                 if c is not None:
                     await c.aclose()
 
-    return await run_scenario(SCENARIO, settings, [target], body, total=settings.sessions * settings.turns)
+    return await run_scenario(SCENARIO, settings, [target], body, total=None if settings.timed else settings.sessions * settings.turns)
 
 
 def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
-    turns = [r for r in rows if r.get("kind") == "session"]
+    every = [r for r in rows if r.get("kind") == "session"]
+    warm = [r for r in every if r.get("warmup")]
+    # warm-up turns are verified (the checks count them) but out of every statistic
+    turns = [r for r in every if not r.get("warmup")]
     passed = [r for r in turns if r.get("passed")]
     failures, examples = failure_counts(turns)
     by_turn = []
@@ -175,8 +226,11 @@ def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], ext
         lat = [r["latency_s"] for r in rs if r.get("passed") and r.get("latency_s") is not None]
         st = summarize(lat, (50, 95))
         by_turn.append({"turn": t, "attempted": len(rs), "passed": sum(1 for r in rs if r.get("passed")), "p50": st["p50"], "p95": st["p95"], "mean": st["mean"]})
-    sessions = {r["session"] for r in turns}
-    complete = {s for s in sessions if sum(1 for r in passed if r["session"] == s) == settings.get("turns")}
+    sessions = {r["session"] for r in every}
+    ok_turns = Counter(r["session"] for r in every if r.get("passed"))
+    failed = {r["session"] for r in every if not r.get("passed")}
+    complete = {s for s in sessions if ok_turns[s] == settings.get("turns")}
+    cut = sessions - complete - failed  # a timed run's end stopped them between turns
     mem = extras.get("memory") or {}
     before, after = mem.get("rss_before_mb"), mem.get("rss_after_mb")
     growth = (after - before) if before is not None and after is not None else None
@@ -187,7 +241,9 @@ def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], ext
         "pass_rate": len(passed) / len(turns) if turns else None,
         "failures": failures,
         "failure_examples": examples,
-        "sessions": {"started": len(sessions), "complete": len(complete)},
+        "sessions": {"started": len(sessions), "complete": len(complete), "cut": len(cut), "failed": len(failed)},
+        "warmup": {"attempted": len(warm), "passed": sum(1 for r in warm if r.get("passed")), "failures": failure_counts(warm)[0]} if warm else None,
+        "stages": stage_table(every, settings, extras),
         "history_failures": len(history),
         "history_example": history[0] if history else None,
         "latency_s": summarize([r["latency_s"] for r in passed if r.get("latency_s") is not None], LATENCY_PS),
@@ -206,11 +262,17 @@ def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], ext
 
 
 def sessions_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
+    warm = s.get("warmup") or {"attempted": 0, "passed": 0, "failures": {}}
+    sess = s["sessions"]
+    timed = bool(settings.get("stages")) or settings.get("duration_s") is not None
+    # a timed run ends sessions between turns: those count apart, not as failed
+    want = sess["started"] - sess.get("cut", 0) if timed else settings.get("sessions")
     checks = [
-        Check("every turn passed its verdict", s["attempted"] > 0 and s["passed"] == s["attempted"],
-              f"{s['passed']}/{s['attempted']} passed" + (f"; failures: {s['failures']}" if s["failures"] else "")),
-        Check(f"every session ran its {settings.get('turns')} turns", s["sessions"]["complete"] == settings.get("sessions"),
-              f"{s['sessions']['complete']}/{settings.get('sessions')} complete"),
+        Check("every turn passed its verdict", s["attempted"] > 0 and s["passed"] == s["attempted"] and warm["passed"] == warm["attempted"],
+              f"{s['passed']}/{s['attempted']} passed" + (f"; failures: {s['failures']}" if s["failures"] else "")
+              + (f"; warm-up {warm['passed']}/{warm['attempted']} passed" + (f", failures: {warm['failures']}" if warm["failures"] else "") if warm["attempted"] else "")),
+        Check(f"every session ran its {settings.get('turns')} turns", sess["complete"] == want and sess["complete"] > 0,
+              f"{sess['complete']}/{want} complete" + (f" ({sess['cut']} more cut short by the end of the run)" if timed and sess.get("cut") else "")),
     ]
     return checks
 
@@ -219,16 +281,26 @@ def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
     st = doc.get("settings", {})
     conns = st.get("conns") or max(1, (st.get("sessions") or 1) // 4)
     out = header(doc, "sessions")
+    if st.get("stages"):
+        shape = "concurrent sessions ramping " + " → ".join(f"{x.rpartition(':')[2]} in {x.rpartition(':')[0]}" for x in st["stages"]) + f", {st.get('turns')} turns each"
+    elif st.get("duration_s"):
+        shape = f"{st.get('sessions')} sessions at a time x {st.get('turns')} turns for {st['duration_s']:g} s"
+    else:
+        shape = f"{st.get('sessions')} sessions x {st.get('turns')} turns"
     out += [
-        f"{st.get('sessions')} sessions x {st.get('turns')} turns over {conns} connections"
+        f"{shape} over {conns} connections"
         + (" (each turn on the next connection)" if st.get("reconnect") else " (several sessions interleaved on each)")
         + f", mix `{st.get('mix')}`",
         "",
         "| attempted | passed | pass rate | sessions complete | history problems |",
         "|---:|---:|---:|---:|---:|",
-        f"| {s.get('attempted')} | {s.get('passed')} | {fmt_pct(s.get('pass_rate'))} | {(s.get('sessions') or {}).get('complete')}/{st.get('sessions')} | {s.get('history_failures')} |",
+        f"| {s.get('attempted')} | {s.get('passed')} | {fmt_pct(s.get('pass_rate'))} | {(s.get('sessions') or {}).get('complete')}/{(s.get('sessions') or {}).get('started')} | {s.get('history_failures')} |",
         "",
     ]
+    w = s.get("warmup")
+    if w:
+        out += [f"Warm-up: the first {fmt_num(st.get('warmup_s'), '{:g} s')}, {w['passed']}/{w['attempted']} turns passed; kept out of every statistic below.", ""]
+    out += stage_section(s.get("stages"), "sessions")
     if s.get("history_example"):
         out += [f"First history problem: `{s['history_example']}`", ""]
     if s.get("failures"):

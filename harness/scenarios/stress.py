@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from mock.errors import MarkerError
 from mock.markers import build_plan
@@ -33,11 +33,33 @@ from ..runner import Run, RunResult, Scenario, run_scenario
 from ..sampler import Sampler
 from ..stats import summarize
 from ..thresholds import LATENCY_PS, latency_by_marker, span_s, throughput_windows
+from ..shapes import DURATION_HELP, MAX_RUN_S, Ramp, arrival_offsets, duration_parser, follow_level, parse_stages
 from ..sut import Access, Target
-from .common import failure_counts
+from .common import failure_counts, level_stats
 
 DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
 MAX_INPUTS = 1_000_000
+DEFAULT_INPUTS = 10
+ARRIVALS = ("constant", "poisson")
+
+
+def check_shape(s: Any) -> None:
+    """--duration, --stage, --warmup and --arrival together (stress and
+    sessions): one way to say how long, every bad combination named."""
+    if s.duration_s is not None and not 0 < s.duration_s <= MAX_RUN_S:
+        raise UsageError(f"--duration {s.duration_s:g} s is invalid: use more than 0 and at most 24 h, e.g. --duration 30s")
+    open_model = getattr(s, "rate", None) is not None
+    stages = parse_stages(s.stages, integer=not open_model)
+    if stages and s.duration_s is not None:
+        raise UsageError(f"--duration {s.duration_s:g} s with --stage: the stages set the run's length; drop --duration, or add a stage that holds the level (--stage {s.duration_s:g}s:N)")
+    if getattr(s, "arrival", "constant") != "constant" and not open_model:
+        raise UsageError(f"--arrival {s.arrival}: arrivals are the open model's; add --rate R (inputs per second)")
+    if s.warmup_s is not None:
+        length = sum(st.duration_s for st in stages) if stages else s.duration_s
+        if length is None:
+            raise UsageError(f"--warmup {s.warmup_s:g} s needs a timed run: add --duration or --stage (the warm-up is the first part of that time)")
+        if not 0 < s.warmup_s < length:
+            raise UsageError(f"--warmup {s.warmup_s:g} s must be more than 0 and shorter than the run ({length:g} s)")
 
 
 def parse_mix(spec: str) -> tuple[tuple[str, int], ...]:
@@ -81,12 +103,15 @@ MIX_HELP = (
 @dataclass(frozen=True)
 class StressSettings:
     conns: int = opt(32, "--conns", int, "Concurrent connections.")
-    inputs: int = opt(10, "--inputs", int, "Inputs per connection.")
+    inputs: int | None = opt(None, "--inputs", int, "Inputs per connection (default 10; with --duration or --stage connections send until the time ends, and --inputs caps each).", show_default=False)
     mix: str = opt(DEFAULT_MIX, "--mix", str, MIX_HELP, show_default=False)
     interrupts: float = opt(0.0, "--interrupts", float, "Interrupt-priority inputs per second.")
     interrupt_marker: str = "!batch2"
-    duration_s: float | None = opt(None, "--duration", float, "Stop sending new inputs after S seconds.")
-    rate: float | None = opt(None, "--rate", float, "Open model: inputs per second (latency also from the scheduled time).")
+    duration_s: float | None = opt(None, "--duration", str, f"Run length: connections keep sending until it ends ({DURATION_HELP}).", parse=duration_parser("--duration"))
+    rate: float | None = opt(None, "--rate", float, "Open model: inputs per second (latency also from the scheduled time); with --stage, the rate the first stage ramps from.")
+    stages: tuple[str, ...] = opt((), "--stage", str, "DURATION:TARGET, repeatable: ramp linearly to TARGET connections (inputs/s with --rate) within DURATION, from 0 (or --rate); e.g. --stage 10s:32 --stage 30s:32 --stage 10s:0.", multiple=True)
+    arrival: str = opt("constant", "--arrival", str, "Open model: arrivals evenly spaced (constant) or a Poisson process of the same rate (poisson).", choices=ARRIVALS)
+    warmup_s: float | None = opt(None, "--warmup", str, "The first DURATION of a timed run is warm-up: its turns are verified but kept out of every statistic and threshold.", parse=duration_parser("--warmup"))
     timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take.")
     connect_timeout_s: float = connect_opt()
     seed: int = opt(1, "--seed", int, "Seed of the marker mix.")
@@ -99,14 +124,13 @@ class StressSettings:
     def __post_init__(self) -> None:
         if not 1 <= self.conns <= 20_000:
             raise UsageError(f"--conns {self.conns} is invalid: use 1 to 20000 (RLIMIT_NOFILE bounds it)")
-        if not 1 <= self.inputs <= 100_000:
+        if self.inputs is not None and not 1 <= self.inputs <= 100_000:
             raise UsageError(f"--inputs {self.inputs} is invalid: use 1 to 100000 per connection")
-        if self.conns * self.inputs > MAX_INPUTS:
-            raise UsageError(f"--conns x --inputs = {self.conns * self.inputs} is over the {MAX_INPUTS} bound of one run")
+        if self.conns * (self.inputs or DEFAULT_INPUTS) > MAX_INPUTS:
+            raise UsageError(f"--conns x --inputs = {self.conns * (self.inputs or DEFAULT_INPUTS)} is over the {MAX_INPUTS} bound of one run")
         if self.interrupts < 0 or self.interrupts > 1000:
             raise UsageError(f"--interrupts {self.interrupts} is invalid: use 0 to 1000 per second")
-        if self.duration_s is not None and not 0 < self.duration_s <= 86_400:
-            raise UsageError(f"--duration {self.duration_s} is invalid: use 0 < S <= 86400 seconds")
+        check_shape(self)
         if self.rate is not None and not 0 < self.rate <= 100_000:
             raise UsageError(f"--rate {self.rate} is invalid: use 0 < R <= 100000 inputs per second")
         check_timeouts(self)
@@ -115,6 +139,31 @@ class StressSettings:
             build_plan(f"{self.interrupt_marker} #probe")
         except MarkerError as exc:
             raise UsageError(f"--interrupt-marker {self.interrupt_marker!r}: {exc}") from None
+
+    @property
+    def timed(self) -> bool:
+        return bool(self.stages) or self.duration_s is not None
+
+    def ramp(self) -> Ramp | None:
+        """The level over time (connections, or inputs/s with --rate); None
+        for a run counted in inputs."""
+        if self.stages:
+            return Ramp(parse_stages(self.stages, integer=self.rate is None), self.rate or 0.0)
+        if self.duration_s is not None:
+            return Ramp.constant(self.rate or self.conns, self.duration_s)
+        return None
+
+    @property
+    def per_conn(self) -> int | None:
+        """Inputs one connection sends at most (None: until the time ends)."""
+        return self.inputs if self.inputs is not None else (None if self.timed else DEFAULT_INPUTS)
+
+    @property
+    def total_cap(self) -> int:
+        """Inputs the whole run sends at most: every load loop is bounded."""
+        if self.inputs is not None and not self.stages:
+            return self.conns * self.inputs
+        return MAX_INPUTS if self.timed else self.conns * DEFAULT_INPUTS
 
 
 class _Load:
@@ -128,9 +177,23 @@ class _Load:
         self.cum_weights = list(itertools.accumulate(w for _, w in self.mix))
         self.rng = random.Random(s.seed)
         self.t0 = run.t0
-        self.deadline = self.t0 + s.duration_s if s.duration_s else None
+        self.ramp = s.ramp()
+        self.extra_labels: dict[str, Any] = {}
+        self.begin()
+        self.sent = 0
+        self.cap = s.total_cap
+        self.full = asyncio.Event()  # the run's input bound is reached
+        self.workers = 0
         self.reconnects = 0
         self.capacity_errors: Counter[str] = Counter()
+
+    def begin(self) -> None:
+        """The shape's clock starts now (after the stats connection and the
+        sampler are up): deadline, warm-up and schedule count from here."""
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + self.ramp.total_s if self.ramp is not None else None
+        self.warm_until = self.t0 + self.s.warmup_s if self.s.warmup_s else None
+        self.run.extras["load_t0_rel"] = round(self.t0 - self.run.t0, 4)
 
     def pick(self) -> str:
         m = self.rng.choices(self.markers, cum_weights=self.cum_weights)[0]
@@ -138,6 +201,22 @@ class _Load:
 
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def take(self) -> bool:
+        """One more input, if the run's bound allows it."""
+        if self.sent >= self.cap:
+            self.full.set()
+            return False
+        self.sent += 1
+        return True
+
+    def labels(self, at: float) -> dict[str, Any]:
+        """Row labels of an input sent (or scheduled) at ``at``: warm-up turns
+        say so; ``extra_labels`` (find-max's stage and level) go on every row."""
+        out = dict(self.extra_labels)
+        if self.warm_until is not None and at < self.warm_until:
+            out["warmup"] = True
+        return out
 
     async def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load") -> None:
         if err.kind == "capacity":
@@ -162,32 +241,46 @@ class _Load:
             await self.record_conn_failure(marker, conn, seq, exc)
             return None
 
-    async def closed_conn(self, conn: int) -> None:
-        """One connection of the closed model: send, wait for the turn, repeat."""
+    async def closed_conn(self, conn: int, keep_going: Callable[[], bool] | None = None) -> None:
+        """One connection of the closed model: send, wait for the turn, repeat
+        — its count of inputs, or until the time ends (or a falling ramp
+        sends it away: ``keep_going``)."""
         client: KernelClient | None = None
         try:
-            for seq in range(self.s.inputs):
-                if self.expired():
+            seq = 0
+            while self.s.per_conn is None or seq < self.s.per_conn:
+                if self.expired() or (keep_going is not None and not keep_going()) or not self.take():
                     return
                 self.run.check_alive()
                 marker = self.pick()
+                at = time.monotonic()
                 client = await self.ready(client, marker, conn, seq)
-                if client is None:
-                    continue
-                turn = await client.turn(marker, self.s.timeout_s)
-                await self.run.record(turn, self.target, kind="load", conn=conn, seq=seq)
+                if client is not None:
+                    turn = await client.turn(marker, self.s.timeout_s)
+                    await self.run.record(turn, self.target, kind="load", conn=conn, seq=seq, **self.labels(at))
+                seq += 1
         finally:
             if client is not None:
                 await client.aclose()
 
+    async def closed_model(self) -> None:
+        if self.ramp is None or not self.s.stages:
+            async with asyncio.TaskGroup() as conns:
+                for c in range(self.s.conns):
+                    conns.create_task(self.closed_conn(c))
+            self.workers = self.s.conns
+        else:
+            self.workers = await follow_level(self.ramp, self.t0, self.closed_conn, stop=self.full)
+
     async def open_model(self) -> None:
-        """Inputs scheduled at a fixed rate and handed to an idle connection;
-        latency also counts from the scheduled time."""
+        """Inputs scheduled by the rate (constant, or a Poisson process; along
+        the stages' ramp) and handed to an idle connection of a pool of
+        --conns; latency also counts from the scheduled time."""
         pool: asyncio.Queue[KernelClient | None] = asyncio.Queue()
         for _ in range(self.s.conns):
             pool.put_nowait(None)
-        total = self.s.conns * self.s.inputs
-        interval = 1.0 / (self.s.rate or 1.0)
+        # a run counted in inputs: the constant rate for as long as they take
+        ramp = self.ramp or Ramp.constant(self.s.rate or 1.0, MAX_RUN_S)
 
         async def one(i: int, scheduled: float) -> None:
             client = await pool.get()
@@ -199,21 +292,20 @@ class _Load:
                 turn = await client.send(marker, timeout_s=self.s.timeout_s)
                 turn.t_scheduled = scheduled
                 turn = await client.collect(turn, self.s.timeout_s)
-                await self.run.record(turn, self.target, kind="load", conn=i % self.s.conns, seq=i)
+                await self.run.record(turn, self.target, kind="load", conn=i % self.s.conns, seq=i, **self.labels(scheduled))
             finally:
                 pool.put_nowait(client)
 
         try:
             # one input's fatal error (the target died) cancels and awaits the others
             async with asyncio.TaskGroup() as tg:
-                for i in range(total):
-                    scheduled = self.t0 + i * interval
-                    if self.deadline is not None and scheduled >= self.deadline:
-                        break
+                for i, offset in enumerate(arrival_offsets(ramp, self.s.arrival, self.s.seed, self.cap)):
+                    scheduled = self.t0 + offset
                     delay = scheduled - time.monotonic()
                     if delay > 0:
                         await asyncio.sleep(delay)  # pacing to the schedule, not synchronisation
                     self.run.check_alive()
+                    self.sent += 1
                     tg.create_task(one(i, scheduled))
         finally:
             while not pool.empty():
@@ -261,7 +353,7 @@ class _Load:
         v1, v2 = await self.target.verdict(first), await self.target.verdict(second, expect_duplicate=True)
         for k, (turn, v) in enumerate(((first, v1), (second, v2))):
             row = v.to_json()
-            row.update(kind="probe", conn=-2, seq=k, t_rel=round(turn.t_sent - self.t0, 4), duplicate=turn.duplicate)
+            row.update(kind="probe", conn=-2, seq=k, t_rel=round(turn.t_sent - self.run.t0, 4), duplicate=turn.duplicate)
             self.run.dir.turn(row)
             self.run.rows.append(row)
         if not v1.passed:
@@ -275,8 +367,11 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
     """Everything the report shows, from the turn rows alone (+ extras):
     `kstress report` recomputes it from turns.jsonl."""
     extras = extras or {}
-    inputs = [r for r in rows if r.get("kind") in ("load", "interrupt")]
-    stat_rows = [r for r in inputs if not r.get("warmup")]
+    every = [r for r in rows if r.get("kind") in ("load", "interrupt")]
+    warm = [r for r in every if r.get("warmup")]
+    # warm-up turns are verified (the check counts them) but out of every statistic
+    inputs = [r for r in every if not r.get("warmup")]
+    stat_rows = inputs
     passed = [r for r in inputs if r.get("passed")]
     # keyed by the failure's name without its numbers (`count 1/4` and
     # `count 3/4` are one row); the first full reason of each is kept as an example
@@ -311,8 +406,36 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
         "capacity_errors": extras.get("capacity_errors", {}),
         "dedup_probe": extras.get("dedup_probe"),
         "anatomy": anatomy_by_marker(passed),
+        "warmup": warmup_summary(warm) if warm or (settings or {}).get("warmup_s") else None,
+        "stages": stage_table(every, settings or {}, extras),
         "orphans": extras.get("orphans"),
     }
+
+
+def warmup_summary(warm: list[dict[str, Any]]) -> dict[str, Any]:
+    failures, examples = failure_counts(warm)
+    return {"attempted": len(warm), "passed": sum(1 for r in warm if r.get("passed")), "failures": failures, "failure_examples": examples}
+
+
+def stage_table(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """One row per --stage: the turns sent while it ran (warm-up ones
+    excluded), with the level it ramped to. None without stages."""
+    texts = settings.get("stages") or ()
+    if not texts:
+        return None
+    stages = parse_stages(texts, integer=settings.get("rate") is None)
+    t0 = extras.get("load_t0_rel") or 0.0
+    out, start = [], 0.0
+    for i, st in enumerate(stages):
+        end = start + st.duration_s
+        last = i == len(stages) - 1
+        sel = [r for r in rows if not r.get("warmup") and isinstance(r.get("t_rel"), (int, float))
+               and start <= r["t_rel"] - t0 and (last or r["t_rel"] - t0 < end)]
+        row = {"stage": i + 1, "spec": texts[i], "from_s": round(start, 3), "to_s": round(end, 3), "target": st.target}
+        row.update(level_stats(sel))
+        out.append(row)
+        start = end
+    return out
 
 
 ANATOMY_PARTS = ("pre_llm_s", "llm_s", "tool_s", "between_s", "post_llm_s", "overhead_s")
@@ -342,11 +465,13 @@ def _pcts(xs: list[float]) -> dict[str, Any]:
 
 
 def stress_checks(summary: dict[str, Any], settings: dict[str, Any] | None = None) -> list[Check]:
+    warm = summary.get("warmup") or {"attempted": 0, "passed": 0, "failures": {}}
     checks = [
         Check(
             "every input passed its verdict",
-            summary["attempted"] > 0 and summary["passed"] == summary["attempted"],
-            f"{summary['passed']}/{summary['attempted']} passed" + (f"; failures: {summary['failures']}" if summary["failures"] else ""),
+            summary["attempted"] > 0 and summary["passed"] == summary["attempted"] and warm["passed"] == warm["attempted"],
+            f"{summary['passed']}/{summary['attempted']} passed" + (f"; failures: {summary['failures']}" if summary["failures"] else "")
+            + (f"; warm-up {warm['passed']}/{warm['attempted']} passed" + (f", failures: {warm['failures']}" if warm["failures"] else "") if warm["attempted"] else ""),
         )
     ]
     probe = summary.get("dedup_probe")
@@ -386,6 +511,7 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
             try:
                 # one connection's fatal error (the target died) cancels and
                 # awaits every other before the results are written
+                load.begin()
                 async with asyncio.TaskGroup() as tg:
                     if settings.interrupts > 0:
                         tg.create_task(load.interrupts(stop))
@@ -393,9 +519,7 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
                         if settings.rate:
                             await load.open_model()
                         else:
-                            async with asyncio.TaskGroup() as conns:
-                                for c in range(settings.conns):
-                                    conns.create_task(load.closed_conn(c))
+                            await load.closed_model()
                     finally:
                         stop.set()
             finally:
@@ -420,21 +544,49 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
                 await stats_client.aclose()
         run.check_alive()
 
-    return await run_scenario(SCENARIO, settings, [target], body, total=settings.conns * settings.inputs)
+    return await run_scenario(SCENARIO, settings, [target], body, total=None if settings.timed else settings.total_cap)
 
 
 def summarize_run(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
     return summarize_stress(rows, extras, settings)
 
 
+def shape_line(st: dict[str, Any]) -> str:
+    """What load ran, in one line: model, level, length."""
+    rate, stages = st.get("rate"), st.get("stages") or ()
+    if stages:
+        unit = "inputs/s" if rate else "connections"
+        base = f"open model ({st.get('arrival', 'constant')} arrivals, a pool of {st.get('conns')} connections)" if rate else "closed model"
+        start = f" from {rate:g}" if rate else " from 0"
+        return f"{base}, stages{start} → " + " → ".join(f"{x.rpartition(':')[2]} in {x.rpartition(':')[0]}" for x in stages) + f" ({unit})"
+    length = f" for {st['duration_s']:g} s" if st.get("duration_s") else ""
+    count = f" x {st['inputs']} inputs" if st.get("inputs") else ("" if length else f" x {DEFAULT_INPUTS} inputs")
+    if rate:
+        return f"open model at {rate:g} inputs/s ({st.get('arrival', 'constant')} arrivals), a pool of {st.get('conns')} connections{count}{length}"
+    return f"{st.get('conns')} connections{count}{length} (closed model)"
+
+
+def stage_section(stages: list[dict[str, Any]] | None, unit: str, title: str = "Stages") -> list[str]:
+    if not stages:
+        return []
+    out = [f"## {title}", "", f"| stage | to ({unit}) | attempted | pass rate | p50 | p95 | p99 | throughput | errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in stages:
+        lat = r.get("latency_s") or {}
+        errs = ", ".join(f"{k} {v}" for k, v in (r.get("errors") or {}).items()) or "-"
+        out.append(f"| {r['stage']} `{r['spec']}` | {r['target']:g} | {r['attempted']} | {fmt_pct(r.get('pass_rate'))} | {fmt_ms(lat.get('p50'))} | {fmt_ms(lat.get('p95'))} | {fmt_ms(lat.get('p99'))} | {fmt_num(r.get('throughput_per_s'), '{:.1f}/s')} | {errs} |")
+    return out + [""]
+
+
 def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
     st = doc.get("settings", {})
-    model = f"open model at {st.get('rate')} inputs/s" if st.get("rate") else "closed model"
     out = header(doc, "stress")
+    out += [shape_line(st) + f", mix `{st.get('mix')}`" + (f", {st.get('interrupts')} interrupts/s" if st.get("interrupts") else ""), ""]
+    w = s.get("warmup")
+    if w:
+        out += [f"Warm-up: the first {fmt_num(st.get('warmup_s'), '{:g} s')}, {w['passed']}/{w['attempted']} turns passed"
+                + (f" (failures: {w['failures']})" if w.get("failures") else "") + "; kept out of every statistic below.", ""]
+    out += stage_section(s.get("stages"), "connections" if not st.get("rate") else "inputs/s")
     out += [
-        f"{st.get('conns')} connections x {st.get('inputs')} inputs ({model}), mix `{st.get('mix')}`"
-        + (f", {st.get('interrupts')} interrupts/s" if st.get("interrupts") else ""),
-        "",
         "## Verdicts",
         "",
         "| attempted | passed | pass rate | throughput |",

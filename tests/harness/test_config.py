@@ -100,7 +100,7 @@ def test_scripts_read_as_programs_and_help_shows_the_real_default_mix():
     from harness.scenarios.stress import DEFAULT_MIX
 
     repo = Path(__file__).resolve().parents[2]
-    for script, usage in (("stress.py", "stress.py [OPTIONS]"), ("cmp.py", "cmp.py [OPTIONS] OLD NEW"), ("kcli.py", "kcli.py [OPTIONS] COMMAND")):
+    for script, usage in (("stress.py", "stress.py [OPTIONS]"), ("cmp.py", "cmp.py [OPTIONS] OLD NEW"), ("kcli.py", "kcli.py [OPTIONS] COMMAND"), ("findmax.py", "findmax.py [OPTIONS]")):
         r = subprocess.run([sys.executable, str(repo / "scripts" / script), "--help"], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and r.stdout.startswith(f"Usage: {usage}"), r.stdout[:200]
         if script == "stress.py":
