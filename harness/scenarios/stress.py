@@ -179,6 +179,7 @@ class _Load:
         self.t0 = run.t0
         self.ramp = s.ramp()
         self.extra_labels: dict[str, Any] = {}
+        self.stage_ends = list(itertools.accumulate(st.duration_s for st in parse_stages(s.stages, integer=s.rate is None)))
         self.begin()
         self.sent = 0
         self.cap = s.total_cap
@@ -216,6 +217,8 @@ class _Load:
         out = dict(self.extra_labels)
         if self.warm_until is not None and at < self.warm_until:
             out["warmup"] = True
+        if self.stage_ends:  # `[stage=N]` selects a stage's turns in a threshold
+            out["stage"] = next((i for i, end in enumerate(self.stage_ends, 1) if at - self.t0 < end), len(self.stage_ends))
         return out
 
     async def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load") -> None:
