@@ -2,14 +2,20 @@
 """`make bench`: streamed requests per second of the mock LLM against a floor,
 then the driver benchmark (bench/driver.py: kstress's cost per turn).
 
-Three measurements, interleaved round by round (floor, text, batch, floor, ...)
-so that drift on a shared machine hits all three alike:
+Seven measurements, interleaved round by round (floor, text, batch, ...,
+floor, ...) so that drift on a shared machine hits all alike:
 
-  floor  bench/floor.py: a bare aiohttp handler that parses the body and writes
-         the mock's 20-chunk text reply, prebuilt, in one write
-  text   the real mock (`python -m mock --port 0`), a streamed
-         20-chunk text reply
-  batch  the real mock, a streamed 4-call tool batch (!batch4)
+  floor            bench/floor.py: a bare aiohttp handler that parses the body
+                   and writes the mock's 20-chunk text reply, prebuilt, in one write
+  text, batch      the real mock (`python -m mock --port 0`), chat completions:
+                   a streamed 20-chunk text reply, a streamed 4-call batch (!batch4)
+  anthropic-text, anthropic-batch    the same on POST /v1/messages
+  responses-text, responses-batch    the same on POST /v1/responses
+
+Before measuring, one request of each is checked: chat by parsing the stream,
+the other two dialects by the official SDK's streaming helper (anthropic's
+messages.stream().get_final_message(), openai's responses.stream()), so a
+fast reply no client accepts cannot count.
 
 Each server runs pinned to one CPU (taskset -c 1) and wrk to the other (-c 0),
 32 connections, POSTing the JSON body from a Lua script that gives every
@@ -49,11 +55,29 @@ OUT = ROOT / "bench" / "out"
 TARGET_RATIO = 0.65
 READY_RE = re.compile(r"(?:mock|floor) listening on (http://[\d.]+:\d+)\n")
 NONCE = "bench"
+def _chat(marker: str | None) -> dict:
+    return {"model": "bench", "stream": True, "messages": [{"role": "user", "content": compose(marker, NONCE)}]}
+
+
+def _anthropic(marker: str | None) -> dict:
+    return {"model": "bench", "max_tokens": 1024, "stream": True, "messages": [{"role": "user", "content": compose(marker, NONCE)}]}
+
+
+def _responses(marker: str | None) -> dict:
+    return {"model": "bench", "stream": True, "input": [{"role": "user", "content": compose(marker, NONCE)}]}
+
+
+# name -> (path, body): the floor, then each dialect's streamed text and 4-call batch
 BODIES = {
-    "floor": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": compose(None, NONCE)}]},
-    "text": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": compose(None, NONCE)}]},
-    "batch": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": compose("!batch4", NONCE)}]},
+    "floor": ("/v1/chat/completions", _chat(None)),
+    "text": ("/v1/chat/completions", _chat(None)),
+    "batch": ("/v1/chat/completions", _chat("!batch4")),
+    "anthropic-text": ("/v1/messages", _anthropic(None)),
+    "anthropic-batch": ("/v1/messages", _anthropic("!batch4")),
+    "responses-text": ("/v1/responses", _responses(None)),
+    "responses-batch": ("/v1/responses", _responses("!batch4")),
 }
+MEASURED = [n for n in BODIES if n != "floor"]
 
 
 class BenchError(Exception):
@@ -109,7 +133,7 @@ def ensure_wrk() -> str:
     return path
 
 
-def lua_script(name: str, body: dict) -> Path:
+def lua_script(name: str, body: dict, path_: str = "/v1/chat/completions") -> Path:
     """A wrk script POSTing ``body`` with a fresh nonce per request, as the
     harness does (identical inputs would let a server cache its replies)."""
     OUT.mkdir(parents=True, exist_ok=True)
@@ -119,13 +143,15 @@ def lua_script(name: str, body: dict) -> Path:
     path = OUT / f"post-{name}.lua"
     path.write_text(
         'wrk.method = "POST"\n'
+        f'wrk.path = "{path_}"\n'
         'wrk.headers["Content-Type"] = "application/json"\n'
+        'wrk.headers["x-api-key"] = "bench"\n'
         f"local head = [==[{head}#{NONCE}]==]\n"
         f"local tail = [==[{tail}]==]\n"
         "local n = 0\n"
         "request = function()\n"
         "  n = n + 1\n"
-        "  return wrk.format(nil, nil, nil, head .. n .. tail)\n"
+        "  return wrk.format(nil, wrk.path, nil, head .. n .. tail)\n"
         "end\n"
     )
     return path
@@ -134,7 +160,7 @@ def lua_script(name: str, body: dict) -> Path:
 def run_wrk(wrk: str, url: str, lua: Path, seconds: int, settings: Settings) -> tuple[float, int, int, dict[str, int], str]:
     cmd = [
         "taskset", "-c", settings.wrk_cpu, wrk, "-t1", f"-c{settings.connections}", f"-d{seconds}s",
-        "--timeout", "5s", "-s", str(lua), url + "/v1/chat/completions",
+        "--timeout", "5s", "-s", str(lua), url,
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30)
     out = done.stdout
@@ -204,11 +230,11 @@ class Server:
 # --- correctness before speed ----------------------------------------------------------
 
 
-def fetch(url: str, body: dict) -> bytes:
+def fetch(url: str, body: dict, path: str = "/v1/chat/completions") -> bytes:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         data = resp.read()
         if resp.status != 200 or not resp.getheader("Content-Type", "").startswith("text/event-stream"):
@@ -224,6 +250,11 @@ def sse_chunks(raw: bytes) -> list[dict]:
         raise BenchError(f"stream does not end with [DONE]: {text[-100:]!r}")
     events = text.split("\n\n")[:-2]
     return [json.loads(e.removeprefix("data: ")) for e in events]
+
+
+def _want_calls() -> list[tuple[str, dict]]:
+    plan = build_plan(BODIES["batch"][1]["messages"][0]["content"])
+    return [(c.name, json.loads(c.arguments)) for c in plan.calls]
 
 
 def check_reply(name: str, raw: bytes) -> str:
@@ -243,11 +274,49 @@ def check_reply(name: str, raw: bytes) -> str:
             slot["id"] += f.get("id", "")
             slot["name"] += f.get("function", {}).get("name", "")
             slot["arguments"] += f.get("function", {}).get("arguments", "")
-    plan = build_plan(BODIES["batch"]["messages"][0]["content"])
+    plan = build_plan(BODIES["batch"][1]["messages"][0]["content"])
     want = {c.index: {"id": c.id, "name": c.name, "arguments": c.arguments} for c in plan.calls}
     if calls != want:
         raise BenchError(f"batch: the streamed calls differ from the plan:\n got {calls}\nwant {want}")
     return f"{len(chunks)} events, {len(calls)} calls as planned"
+
+
+def check_sdk(name: str, url: str) -> str:
+    """The Anthropic and Responses dialects, read by the official SDK's
+    streaming helper: what wrk measures is a reply a real client accepts."""
+    dialect, kind = name.split("-")
+    marker = "!batch4" if kind == "batch" else None
+    prompt = compose(marker, NONCE)
+    if dialect == "anthropic":
+        import anthropic
+
+        client = anthropic.Anthropic(base_url=url, api_key="bench", max_retries=0)
+        with client.messages.stream(model="bench", max_tokens=1024, messages=[{"role": "user", "content": prompt}]) as stream:
+            msg = stream.get_final_message()
+        text = "".join(b.text for b in msg.content if b.type == "text")
+        calls = [(b.name, b.input) for b in msg.content if b.type == "tool_use"]
+    else:
+        import openai
+
+        oclient = openai.OpenAI(base_url=url + "/v1", api_key="bench", max_retries=0)
+        with oclient.responses.stream(model="bench", input=[{"role": "user", "content": prompt}]) as rstream:
+            resp = rstream.get_final_response()
+        text = resp.output_text or ""
+        calls = [(i.name, json.loads(i.arguments)) for i in resp.output if i.type == "function_call"]
+    if kind == "text":
+        if parse_text_verdict(text) != NONCE:
+            raise BenchError(f"{name}: no `KST nonce={NONCE} plan=text ok` line in the reply the SDK read: {text[:200]!r}")
+        return "the SDK read the text and its verdict line"
+    if calls != _want_calls():
+        raise BenchError(f"{name}: the SDK read other calls than the plan's:\n got {calls}\nwant {_want_calls()}")
+    return f"the SDK read {len(calls)} calls as planned"
+
+
+def check(name: str, url: str) -> str:
+    if name in ("floor", "text", "batch"):
+        path, body = BODIES[name]
+        return check_reply(name, fetch(url, body, path))
+    return check_sdk(name, url)
 
 
 # --- the run ----------------------------------------------------------------------------
@@ -258,15 +327,15 @@ def run(settings: Settings) -> dict:
     cpus = os.cpu_count() or 1
     if cpus < 2:
         raise BenchError(f"this machine has {cpus} CPU; the bench pins wrk and the server to two different CPUs")
-    luas = {name: lua_script(name, body) for name, body in BODIES.items()}
+    luas = {name: lua_script(name, body, path) for name, (path, body) in BODIES.items()}
     py = sys.executable
     samples: list[Sample] = []
     with Server("floor", [py, str(ROOT / "bench" / "floor.py"), "--port", "0"], settings.server_cpu) as floor, Server(
         "mock", [py, "-m", "mock", "--port", "0"], settings.server_cpu
     ) as mock:
-        urls = {"floor": floor.url, "text": mock.url, "batch": mock.url}
+        urls = {name: (floor.url if name == "floor" else mock.url) for name in BODIES}
         for name, url in urls.items():
-            print(f"bench: check {name:5s} {url}: {check_reply(name, fetch(url, BODIES[name]))}", flush=True)
+            print(f"bench: check {name:15s} {url}: {check(name, url)}", flush=True)
         for name, url in urls.items():  # warm-up, discarded
             run_wrk(wrk, url, luas[name], settings.warmup_s, settings)
         for rnd in range(settings.rounds):
@@ -274,11 +343,12 @@ def run(settings: Settings) -> dict:
                 rps, n, non2xx, errors, out = run_wrk(wrk, url, luas[name], settings.duration_s, settings)
                 s = Sample(name, rnd, rps, n, non2xx, errors)
                 samples.append(s)
-                print(f"bench: round {rnd + 1}/{settings.rounds} {name:5s} {rps:9.0f} req/s", flush=True)
+                print(f"bench: round {rnd + 1}/{settings.rounds} {name:15s} {rps:9.0f} req/s", flush=True)
                 if non2xx or any(errors.values()):
                     raise BenchError(f"{name} round {rnd + 1}: wrk saw {non2xx} non-2xx responses and socket errors {errors}:\n{out}")
         # the mock still answers correctly after the load
-        check_reply("batch", fetch(mock.url, BODIES["batch"]))
+        for name in ("batch", "anthropic-batch", "responses-batch"):
+            check(name, mock.url)
     medians = {name: statistics.median(s.rps for s in samples if s.name == name) for name in BODIES}
     return {
         "version": 1,
@@ -288,10 +358,10 @@ def run(settings: Settings) -> dict:
         "settings": asdict(settings),
         "samples": [asdict(s) for s in samples],
         "median_rps": medians,
-        "ratio_to_floor": {name: medians[name] / medians["floor"] for name in ("text", "batch")},
+        "ratio_to_floor": {name: medians[name] / medians["floor"] for name in MEASURED},
         # each round's ratio to the floor measured just before it, then the median:
         # steadier than the ratio of medians when the machine's load drifts
-        "paired_ratio": {name: statistics.median(paired(samples, name)) for name in ("text", "batch")},
+        "paired_ratio": {name: statistics.median(paired(samples, name)) for name in MEASURED},
         "target_ratio": TARGET_RATIO,
     }
 
@@ -308,8 +378,10 @@ def table(result: dict) -> str:
         "| measurement | median req/s | samples | ratio to floor | paired ratio |",
         "|---|---:|---|---:|---:|",
     ]
-    label = {"floor": "floor (bare aiohttp, prebuilt reply)", "text": "mock: 20-chunk text stream", "batch": "mock: !batch4 tool stream"}
-    for name in ("floor", "text", "batch"):
+    label = {"floor": "floor (bare aiohttp, prebuilt chat reply)", "text": "mock chat: 20-chunk text stream", "batch": "mock chat: !batch4 tool stream",
+             "anthropic-text": "mock anthropic: 20-chunk text stream", "anthropic-batch": "mock anthropic: !batch4 tool stream",
+             "responses-text": "mock responses: 20-chunk text stream", "responses-batch": "mock responses: !batch4 tool stream"}
+    for name in BODIES:
         samples = ", ".join(f"{s['rps']:.0f}" for s in result["samples"] if s["name"] == name)
         r = "1.00" if name == "floor" else f"{ratio[name]:.2f}"
         p = "1.00" if name == "floor" else f"{paired_ratio[name]:.2f}"
