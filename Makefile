@@ -20,6 +20,7 @@ demo: $(STAMP)
 	$(PY) -m harness stress --launch --conns 32 --inputs 10
 
 test: $(STAMP)
+	sh scripts/ensure-chromium.sh
 	$(PY) -m pytest
 
 test-fast: $(STAMP)

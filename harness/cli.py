@@ -8,6 +8,7 @@ at the edge, and nowhere in the library."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -385,11 +386,44 @@ def _finish(result) -> None:
 
 @cli.command("report")
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
-def report_cmd(run_dir) -> None:
-    """Re-render DIR/report.md from the run's raw files and print it."""
-    from .scenarios import rerender
+@click.option("--format", "fmt", type=click.Choice(["md", "html", "json", "prom"]), default="md", show_default=True,
+              help="md: report.md (rewritten); html: the page with charts; json: the summary for machines; prom: Prometheus text (docs/results.md).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write to FILE instead of stdout.")
+def report_cmd(run_dir, fmt, output) -> None:
+    """Re-render a run from its raw files (every figure recomputed) as md, html, json or prom."""
+    from .scenarios import render_as
 
-    click.echo(rerender(run_dir))
+    if run_dir.is_symlink():
+        run_dir = run_dir.resolve()  # runs/latest
+    text = render_as(run_dir, fmt)
+    if output is None:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"-o {output}: cannot write it ({exc.strerror}); pass a writable file") from None
+    click.echo(f"{fmt}: {output}")
+
+
+@cli.command("runs")
+@click.option("--out", "root", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True, help="Where the run directories are.")
+@click.option("--limit", type=int, default=20, show_default=True, help="The newest N runs (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, for machines.")
+def runs_cmd(root, limit, as_json) -> None:
+    """List stored runs, newest first: scenario, when, verdict, headline number."""
+    from .runlist import list_runs, table
+
+    if limit < 0:
+        raise UsageError(f"--limit {limit} is invalid: use 0 (all) or a positive count")
+    if not root.is_dir():
+        raise UsageError(f"--out {root}: no such directory (runs are written to --out, default runs/)")
+    runs = list_runs(root, limit or None)
+    if as_json:
+        for r in runs:
+            click.echo(json.dumps(r))
+    else:
+        click.echo(table(runs))
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ from .contract import Contract
 from .errors import ConnectorGone, TargetError, UsageError
 from .protocol import load_protocol
 from .state import STATE_NAME, invoking_ids, pointer_path, state_home  # noqa: F401 - re-exported
-from .target import TargetSpec, render
+from .target import TargetSpec, redact, render
 from .transport import Address, Dialer
 
 SOCKET_NAME = "kernel.sock"
@@ -143,6 +143,7 @@ class Launch:
         self.spec = settings.target
         self.protocol = load_protocol(self.spec.protocol)
         self.token = settings.token or secrets.token_hex(8)
+        self.secrets: tuple[str | None, ...] = (self.token,)
         self.run_dir: Path | None = None
         self.sandbox: Any = None
         self.mock_proc: asyncio.subprocess.Process | None = None
@@ -340,7 +341,10 @@ class Launch:
         self.argv = self.spec.render_argv(values)
         self.bin_sha256 = await asyncio.to_thread(sha256_of, self.bin_path)
         env = dict(os.environ)
-        env.update(self.spec.render_env(values))
+        rendered_env = self.spec.render_env(values)
+        env.update(rendered_env)
+        # what every report shows in place of these: the token, and what the target file marks secret
+        self.secrets = (self.token, *self.spec.secret_values(self.argv, rendered_env))
         spawned = time.monotonic()
         self.target_proc = await self.sandbox.spawn(
             self._as_user(self.argv), env=env, cwd=str(self.data_dir), stdout=self._log("target.out"), stderr=self._log("target.err")
@@ -411,7 +415,8 @@ class Launch:
                 "target": self.target_proc.pid if self.target_proc else None,
                 **({"connector": self.connector_proc.pid} if self.connector_proc else {}),
             },
-            "argv": self.argv,
+            # the target file's secrets never reach a file: the token is kept apart (above) for reconnecting
+            "argv": redact(self.argv, self.secrets[1:]),
             "target_name": self.spec.name,
             "bin": str(self.bin_path) if self.bin_path else None,
             "bin_sha256": self.bin_sha256,

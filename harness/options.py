@@ -83,6 +83,9 @@ def check_timeouts(settings: Any) -> None:
     from .thresholds import check_thresholds
 
     check_thresholds(settings)  # every scenario checks its timeouts; its thresholds go with them
+    port = getattr(settings, "metrics_port", None)
+    if port is not None and not 0 <= port <= 65535:
+        raise UsageError(f"--metrics-port {port} is invalid: use 1 to 65535 (0: any free port, printed at the start)")
     for flag, v in (("--timeout", getattr(settings, "timeout_s", None)), ("--connect-timeout", getattr(settings, "connect_timeout_s", None))):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.1 <= v <= 3600):
             raise UsageError(f"{flag} {v!r} is invalid: use 0.1 to 3600 seconds")
@@ -90,3 +93,9 @@ def check_timeouts(settings: Any) -> None:
 
 def contract_opt() -> Any:
     return opt((), "--contract", str, "The kernel's contract, KEY=VALUE, repeatable (docs/targets.md): batch=whole-batch|barrier|parallel|serial, order=declared|any, dedup/interrupts/stats=true|false.", multiple=True, show_default=False)
+
+
+def metrics_opt() -> Any:
+    """--metrics-port on the long scenarios: the run's metrics served live
+    (harness/promexport.py), on loopback only."""
+    return opt(None, "--metrics-port", int, "Serve the run's metrics live at http://127.0.0.1:PORT/metrics (Prometheus text) while it goes.", show_default=False)

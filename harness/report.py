@@ -37,6 +37,7 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
         c = t.get("contract")
         if isinstance(c, dict):
             out.append(f"  - contract: " + " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in c.items()))
+    out.append("- charts and this report as one page: [report.html](report.html)")
     if doc.get("error"):
         out.append(f"- **error:** {doc['error']}")
     for note in doc.get("notes") or ():

@@ -69,6 +69,34 @@ class Check:
         return {"name": self.name, "passed": self.passed, "detail": self.detail}
 
 
+LATEST = "latest"
+
+
+def point_latest(root: Path, run: Path) -> None:
+    """``root/latest`` -> the newest run dir (relative, so a moved runs/
+    keeps working), replaced atomically; a filesystem without symlinks only
+    loses the pointer."""
+    tmp = root / f".{LATEST}.{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        os.symlink(run.name, tmp)
+        os.replace(tmp, root / LATEST)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Every run dir under ``root`` (not the latest pointer), oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (p / "run.json").exists()),
+                  key=lambda p: (p.stat().st_mtime, p.name))
+
+
 @dataclass
 class RunDir:
     """Creates a fresh directory (never reuses one: results of an earlier run
@@ -94,6 +122,7 @@ class RunDir:
                 raise UsageError(f"cannot create a fresh run directory under {self.root}")
         except OSError as exc:
             raise UsageError(f"--out {self.root}: cannot create a run directory there ({exc.strerror}); pass a writable directory") from None
+        point_latest(self.root, self.path)
         # block-buffered and flushed at least every FLUSH_EVERY_S: a write per
         # row was a syscall per turn; a killed run loses at most that window
         self._turns = open(self.path / "turns.jsonl", "ab", buffering=1 << 16)

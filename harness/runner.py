@@ -44,10 +44,12 @@ from .errors import (
     KstressError,
     TargetDied,
     TargetError,
+    UsageError,
 )
 from .results import FLUSH_EVERY_S, Check, RunDir, host_meta
 from .stats import LogHistogram
 from .sut import Target
+from .target import scrub
 from .thresholds import evaluate, parse_thresholds
 from .verdict import TurnVerdict
 
@@ -246,10 +248,15 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
     for t in targets:
         t.prepare()  # usage errors end here, before a run directory exists
         await t.preflight(getattr(settings, "connect_timeout_s", 5.0))
+    live_rows: list[dict[str, Any]] = []
+    live = _live_metrics(scenario, settings, targets, live_rows)  # a port in use is a usage error: before the run dir
     rundir = RunDir(scenario.name, Path(settings.out))
     started = time.time()
     run = Run(rundir, targets, Progress(total, settings.quiet))
+    run.rows = live_rows
     stack = contextlib.AsyncExitStack()
+    if live is not None:
+        stack.callback(live.close)
     error: BaseException | None = None
     rundir.write_doc(_doc(scenario, settings, targets, run, started, "running"))
     flusher: asyncio.Task | None = None
@@ -295,6 +302,22 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
     elif error is not None and not isinstance(error, KstressError):
         raise error  # a bug in kstress: run.json says so, the CLI shows the traceback
     return result
+
+
+def _live_metrics(scenario: Scenario, settings: Any, targets: Sequence[Target], rows: list[dict[str, Any]]) -> Any:
+    """--metrics-port P: the run's Prometheus families on 127.0.0.1:P while it goes."""
+    port = getattr(settings, "metrics_port", None)
+    if port is None:
+        return None
+    from .promexport import LiveMetrics
+
+    def name() -> str:
+        return ",".join(str((t.meta or {}).get("label") or (t.meta or {}).get("name") or "?") for t in targets) or "?"
+
+    try:
+        return LiveMetrics(port, scenario.name, name, rows)
+    except OSError as exc:
+        raise UsageError(f"--metrics-port {port}: cannot listen on 127.0.0.1:{port} ({exc.strerror}); pick a free port, or 0 for any") from None
 
 
 async def _flush_every(rundir: RunDir) -> None:
@@ -373,10 +396,29 @@ def _write(scenario: Scenario, settings: Any, targets: Sequence[Target], run: Ru
     if exit_code == EXIT_OK:
         passed, exit_code = verdict_of(checks, summary)
     doc.update(passed=passed, exit_code=exit_code, error=message, summary=summary, checks=[c.to_json() for c in checks])
+    secrets = [x for t in targets if t.launch is not None for x in t.launch.secrets]
+    doc = scrub(doc, secrets)  # an error message or a kernel's stderr tail may quote one
+    summary = doc["summary"]
     rundir.finish(doc)
     report = scenario.render(doc, summary)
     (rundir.path / "report.md").write_text(report)
+    write_html(rundir.path, doc, rows, report)
     return RunResult(scenario.name, passed, exit_code, rundir.path, summary, tuple(checks), report, message)
+
+
+def write_html(path: Path, doc: dict[str, Any], rows: Rows, report: str) -> Path | None:
+    """report.html beside report.md. Charts are a view: when they cannot be
+    drawn the run's result stands, and the page (or stderr) says why."""
+    from .htmlreport import render_html
+
+    try:
+        text = render_html(doc, list(rows), report, path)
+    except Exception as exc:  # noqa: BLE001 - the run's files are written; only the view is lost
+        print(f"kstress: report.html not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    out = path / "report.html"
+    out.write_text(text)
+    return out
 
 
 def recompute(scenario: Scenario, doc: dict[str, Any], rows: Rows, reason: str | None = None) -> tuple[dict[str, Any], list[Check]]:

@@ -216,7 +216,7 @@ class Target:
             self.target_pid = L.target_proc.pid if L.target_proc else None
             self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir else None
             self.meta = {
-                "name": L.spec.name, "argv": redact(L.argv, (L.token,)), "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
+                "name": L.spec.name, "argv": redact(L.argv, L.secrets), "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
                 "namespace": L.sandbox.name, "mechanism": L.sandbox.mechanism, "sandbox_dir": str(L.run_dir), "launched": True,
                 "llm_api": L.spec.llm_api,
                 "startup_s": L.startup_s, "ready_rss_mb": L.ready_rss_mb,

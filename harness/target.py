@@ -19,7 +19,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from mock.catalog import Catalog, load_catalog
 from mock.errors import ConfigError
@@ -50,6 +50,27 @@ def listen_argv(argv: tuple[str, ...], listen: str) -> tuple[str, ...]:
 
 def placeholders_in(text: str) -> set[str]:
     return set(_PLACEHOLDER_RE.findall(text.replace("{{", "").replace("}}", "")))
+
+
+def scrub(obj: Any, secrets: Sequence[str | None]) -> Any:
+    """``obj`` (JSON-like) with every secret replaced in every string: the
+    last pass over what a run writes for people (run.json, the reports)."""
+    secrets = [x for x in secrets if x and len(x) >= 4]  # a 1-character "secret" would blank the report
+    if not secrets:
+        return obj
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, str):
+            for x in secrets:
+                o = o.replace(x, REDACTED)
+            return o
+        if isinstance(o, dict):
+            return {k: walk(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [walk(v) for v in o]
+        return o
+
+    return walk(obj)
 
 
 def redact(argv: list[str] | tuple[str, ...], secrets: tuple[str | None, ...]) -> list[str]:
@@ -117,6 +138,7 @@ class TargetSpec:
     source: str = "flags"
     contract: Mapping[str, Any] = field(default_factory=dict)  # the target file's [contract] table
     llm_api: str = "chat"  # the LLM API the kernel speaks: chat | responses | anthropic ({llm_api})
+    secret: tuple[str, ...] = ()  # env names and argv flags whose values reports show as [redacted]
 
     def __post_init__(self) -> None:
         where = f"target {self.source}"
@@ -183,6 +205,21 @@ class TargetSpec:
 
     def render_argv(self, values: Mapping[str, str]) -> list[str]:
         return [render(a, values) for a in listen_argv(self.argv, self.listen)] + list(self.extra_args)
+
+    def secret_values(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
+        """The rendered values the target file marks secret: an env name's
+        value; an argv flag's value (`--key VALUE` or `--key=VALUE`)."""
+        out: list[str] = []
+        for name in self.secret:
+            if name.startswith("-"):
+                for i, a in enumerate(argv):
+                    if a == name and i + 1 < len(argv):
+                        out.append(argv[i + 1])
+                    elif a.startswith(name + "="):
+                        out.append(a[len(name) + 1:])
+            elif env.get(name):
+                out.append(env[name])
+        return tuple(v for v in out if v)
 
     def render_env(self, values: Mapping[str, str]) -> dict[str, str]:
         return {k: render(v, values) for k, v in self.env.items()}
@@ -255,7 +292,7 @@ def load_target(path: str | Path) -> TargetSpec:
     contract = data.get("contract", {})
     if not isinstance(contract, dict):
         raise UsageError(f"target file {p}: contract must be a table ([contract]), see docs/targets.md")
-    known = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args", "llm_api", "listen", "ws_path"}
+    known = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args", "llm_api", "listen", "ws_path", "secret"}
     unknown = set(t) - known
     if unknown:
         raise UsageError(f"target file {p}: unknown keys {sorted(unknown)} in [target]; known: {sorted(known)}")
@@ -295,6 +332,11 @@ def load_target(path: str | Path) -> TargetSpec:
             raise UsageError(f"target file {p}: tools must be a string (the path of a tool catalog, relative to the file)")
         kw["tools"] = str((base / t["tools"]).resolve())
         load_catalog_file(kw["tools"], f"target file {p}: tools")  # a bad catalog fails here, not in the mock
+    if "secret" in t:
+        sec = t["secret"]
+        if not isinstance(sec, list) or not all(isinstance(v, str) and v for v in sec):
+            raise UsageError(f"target file {p}: secret must be a list of env names and argv flags whose values are secret, e.g. secret = [\"OPENAI_API_KEY\", \"--api-key\"]")
+        kw["secret"] = tuple(sec)
     if "env" in t:
         env = t["env"]
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):

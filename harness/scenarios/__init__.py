@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import psutil
@@ -35,12 +36,41 @@ def rerender(path: Path) -> str:
     Every figure and check is recomputed from them with the functions the run
     used (never a stored figure beside a recomputed one); what cannot be
     recomputed, or disagrees with what run.json recorded, is said out loud."""
+    _, _, text = reload(path)
+    (path / "report.md").write_text(text)
+    return text
+
+
+FORMATS = ("md", "html", "json", "prom")
+
+
+def render_as(path: Path, fmt: str) -> str:
+    """`kstress report DIR --format F`: the run, recomputed from its raw files, as F."""
+    view, rows, text = reload(path)
+    if fmt == "md":
+        (path / "report.md").write_text(text)
+        return text
+    if fmt == "html":
+        from ..htmlreport import render_html
+
+        return render_html(view, rows or [], text, path)
+    if fmt == "prom":
+        from ..promexport import render_prom
+
+        return render_prom({**view, "run_name": path.name}, rows or [])
+    keys = ("schema", "scenario", "status", "passed", "exit_code", "error", "started", "duration_s", "settings", "summary", "checks", "notes")
+    return json.dumps({"run": path.name, **{k: view.get(k) for k in keys if k in view}}, indent=2, default=str) + "\n"
+
+
+def reload(path: Path) -> tuple[dict, list | None, str]:
+    """The run's view (run.json with its summary and checks recomputed), its rows, its Markdown."""
     loaded = read_run(path)
     doc, rows, notes = loaded.doc, loaded.rows, list(loaded.notes)
     sc = scenario(doc["scenario"])
     if rows is None:
         summary = doc.get("summary") or {}
-        text = sc.render({**doc, "notes": notes}, summary)
+        view = {**doc, "notes": notes}
+        text = sc.render(view, summary)
     else:
         status = doc.get("status", "completed")
         reason = None
@@ -56,8 +86,7 @@ def rerender(path: Path) -> str:
             )
         view = {**doc, "passed": passed, "summary": summary, "checks": [c.to_json() for c in checks], "notes": notes}
         text = sc.render(view, summary)
-    (path / "report.md").write_text(text)
-    return text
+    return view, rows, text
 
 
 def _why_still_running(doc: dict) -> str:

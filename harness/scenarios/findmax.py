@@ -30,7 +30,7 @@ from typing import Any
 
 from ..client import ConnError, KernelClient
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
@@ -64,6 +64,7 @@ class FindmaxSettings:
     seed: int = opt(1, "--seed", int, "Seed of the marker mix.")
     out: Path = out_opt()
     quiet: bool = quiet_opt()
+    metrics_port: int | None = metrics_opt()
 
     def __post_init__(self) -> None:
         check_timeouts(self)

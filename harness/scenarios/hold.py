@@ -21,7 +21,7 @@ import psutil
 
 from ..client import ConnError, KernelClient
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..report import checks_section, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
@@ -39,6 +39,7 @@ class HoldSettings:
     timeout_s: float = opt(120.0, "--timeout", float, "Seconds one turn may take.")
     out: Path = out_opt()
     quiet: bool = quiet_opt()
+    metrics_port: int | None = metrics_opt()
     thresholds: tuple[str, ...] = threshold_opt()
 
     def __post_init__(self) -> None:

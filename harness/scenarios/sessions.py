@@ -36,7 +36,7 @@ from mock.markers import build_plan, session_nonce
 
 from ..client import ConnError, KernelClient
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
@@ -67,6 +67,7 @@ class SessionsSettings:
     out: Path = out_opt()
     quiet: bool = quiet_opt()
     thresholds: tuple[str, ...] = threshold_opt()
+    metrics_port: int | None = metrics_opt()
 
     def __post_init__(self) -> None:
         check_timeouts(self)

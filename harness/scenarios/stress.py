@@ -26,7 +26,7 @@ from mock.markers import build_plan
 
 from ..client import ConnError, KernelClient, new_nonce
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
@@ -120,6 +120,7 @@ class StressSettings:
     out: Path = out_opt()
     quiet: bool = quiet_opt()
     thresholds: tuple[str, ...] = threshold_opt()
+    metrics_port: int | None = metrics_opt()
 
     def __post_init__(self) -> None:
         if not 1 <= self.conns <= 20_000:

@@ -39,10 +39,10 @@ class Run:
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def turns(self) -> int:
-        return sum(len(p.read_text().splitlines()) for p in self.out.glob("*/turns.jsonl"))
+        return sum(len(p.read_text().splitlines()) for p in self.out.glob("*/turns.jsonl") if not p.parent.is_symlink())
 
     def run_dir(self) -> Path:
-        [d] = list(self.out.iterdir())
+        [d] = [p for p in self.out.iterdir() if not p.is_symlink()]
         return d
 
     def finish(self, timeout: float) -> tuple[int, str, str, float]:

@@ -80,6 +80,8 @@ def test_every_scenario_over_the_transport_rootless(listen, unpriv):
 
     check_runs(run, scenario_runs(str(bin_), listen, work / "runs"), listen, work / "runs")
     for d in (work / "runs").iterdir():
+        if d.is_symlink():  # runs/latest
+            continue
         mechanisms = {t["mechanism"] for t in json.loads((d / "run.json").read_text())["meta"]["targets"]}
         assert mechanisms == {"userns"}, (d, mechanisms)
     assert not list(work.glob("kst-*")), "a sandbox directory was left behind"

@@ -1,0 +1,368 @@
+"""report.html: the run's charts and its Markdown report in one
+self-contained page — inline SVG drawn by matplotlib, no script, no fetch
+(a Content-Security-Policy forbids any), so it opens offline from a file.
+
+Why matplotlib (../shared/research/report-libraries.md): static SVG needs no
+JavaScript, so the page cannot log a script error or break on an old browser;
+a chart is ~15 KiB (plotly's page is ~4.7 MiB of JS before the first chart, and
+CI keeps many runs); output is reproducible (fixed hash salt, no date), so two
+reports of the same data diff clean. Scatters of many points are rasterized
+inside the SVG (a PNG of the dots, axes still vector), which keeps a
+10,000-turn report small.
+
+Every chart is drawn only when the run has its data; each is a
+``<figure class="chart" data-chart="NAME">`` so a browser test can find them.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+RASTER_ABOVE = 2_000  # points in a scatter before it is rasterized
+MAX_LINE_POINTS = 600  # a CDF or a time series is thinned to this many points
+MAX_MARKERS = 8  # markers drawn apart; the rest are "other"
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1100px;padding:1.5em;color:#222}
+h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+table{border-collapse:collapse;margin:.6em 0} td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}
+th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}
+code{background:#f4f4f4;padding:0 .2em} figure.chart{margin:1em 0;border:1px solid #eee;padding:.5em}
+figure.chart svg{max-width:100%;height:auto} figcaption{color:#555;font-size:.92em}
+nav a{margin-right:1em}
+"""
+
+
+def _mpl() -> Any:
+    import matplotlib
+
+    matplotlib.use("svg", force=True)
+    matplotlib.rcParams.update({"svg.hashsalt": "kstress", "svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+    from matplotlib.figure import Figure
+
+    return Figure
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _thin(xs: Sequence[Any], n: int = MAX_LINE_POINTS) -> list[Any]:
+    if len(xs) <= n:
+        return list(xs)
+    step = len(xs) / n
+    out = [xs[int(i * step)] for i in range(n)]
+    out[-1] = xs[-1]
+    return out
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _timed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if _num(r.get("t_rel")) and _num(r.get("latency_s"))]
+
+
+def _markers(rows: list[dict[str, Any]]) -> list[str]:
+    counts: dict[str, int] = {}
+    for r in rows:
+        m = r.get("marker") or "text"
+        counts[m] = counts.get(m, 0) + 1
+    return [m for m, _ in sorted(counts.items(), key=lambda kv: -kv[1])]
+
+
+# --- the charts: each takes what it needs and returns a figure or None ------------------
+
+
+def latency_over_time(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    timed = [r for r in _timed(rows) if r.get("kind") != "probe"]
+    if len(timed) < 2:
+        return None
+    fig = Figure(figsize=(9, 3.4))
+    ax = fig.subplots()
+    markers = _markers(timed)
+    shown = markers[:MAX_MARKERS]
+    raster = len(timed) > RASTER_ABOVE
+    for m in shown + (["other"] if len(markers) > MAX_MARKERS else []):
+        sel = [r for r in timed if r.get("passed") and ((r.get("marker") or "text") == m or (m == "other" and (r.get("marker") or "text") not in shown))]
+        if sel:
+            ax.scatter([r["t_rel"] for r in sel], [r["latency_s"] * 1000 for r in sel], s=6, alpha=0.6, label=m, rasterized=raster)
+    bad = [r for r in timed if not r.get("passed")]
+    if bad:
+        ax.scatter([r["t_rel"] for r in bad], [r["latency_s"] * 1000 for r in bad], s=18, marker="x", color="crimson", label=f"failed ({len(bad)})", rasterized=raster)
+    warm = [r["t_rel"] for r in timed if r.get("warmup")]
+    if warm:
+        ax.axvspan(min(r["t_rel"] for r in timed), max(warm), color="0.85", alpha=0.5, label="warm-up")
+    t0 = (doc.get("extras") or {}).get("load_t0_rel") or 0.0
+    for st in ((doc.get("summary") or {}).get("stages") or [])[:-1]:
+        if _num(st.get("to_s")):
+            ax.axvline(t0 + st["to_s"], color="0.5", lw=0.8, ls="--")
+    ax.set_xlabel("s since the run started (send time)")
+    ax.set_ylabel("latency, ms")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7, ncol=4, loc="upper left")
+    return fig
+
+
+def latency_cdf(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    passed = [r for r in _timed(rows) if r.get("passed") and r.get("kind") != "probe"]
+    if len(passed) < 2:
+        return None
+    fig = Figure(figsize=(9, 3.2))
+    ax = fig.subplots()
+    groups = [("all", passed)] + [(m, [r for r in passed if (r.get("marker") or "text") == m]) for m in _markers(passed)[:MAX_MARKERS]]
+    for name, sel in groups:
+        xs = sorted(r["latency_s"] * 1000 for r in sel)
+        if len(groups) == 2 and name != "all":
+            continue  # one marker: its curve is the all-turns one
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        pts = _thin(list(zip(xs, ys)))
+        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"{name} (n={len(xs)})", lw=2 if name == "all" else 1)
+    for q in (0.5, 0.95, 0.99):
+        ax.axhline(q, color="0.6", lw=0.6, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("latency, ms (passed turns)")
+    ax.set_ylabel("fraction of turns ≤ x")
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def inflight_throughput(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    timed = [r for r in _timed(rows) if r.get("kind") != "probe"]
+    tp = ((doc.get("summary") or {}).get("throughput") or {}).get("windows")
+    if len(timed) < 2:
+        return None
+    events = sorted([(r["t_rel"], 1) for r in timed] + [(r["t_rel"] + r["latency_s"], -1) for r in timed])
+    t, level, xs, ys = 0.0, 0, [], []
+    for t, d in events:
+        xs.append(t)
+        ys.append(level)
+        level += d
+        xs.append(t)
+        ys.append(level)
+    pts = _thin(list(zip(xs, ys)), 2 * MAX_LINE_POINTS)
+    fig = Figure(figsize=(9, 3.2))
+    ax = fig.subplots()
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], color="tab:blue", lw=1, label="in flight")
+    ax.set_xlabel("s since the run started")
+    ax.set_ylabel("turns in flight", color="tab:blue")
+    ax.set_ylim(bottom=0)
+    if tp:
+        ax2 = ax.twinx()
+        ax2.grid(False)
+        window = ((doc.get("summary") or {}).get("throughput") or {}).get("window_s") or 1.0
+        # each window's rate drawn across the window it was counted in
+        ax2.step([w[0] for w in tp] + [tp[-1][0] + window], [w[1] for w in tp] + [tp[-1][1]], where="post", color="tab:green", label="passed/s")
+        ax2.set_ylabel("passed turns per s (per window)", color="tab:green")
+        ax2.set_ylim(bottom=0)
+    return fig
+
+
+def _samples(ctx: dict[str, Any]) -> list[dict[str, Any]]:
+    if "samples" not in ctx:
+        out = []
+        p = ctx["dir"] / "resources.jsonl" if ctx.get("dir") else None
+        if p is not None and p.exists():
+            for line in p.read_text(errors="replace").splitlines():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue  # a torn last line of a killed run
+        ctx["samples"] = out
+    return ctx["samples"]
+
+
+def kernel_counters(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    ks = [(s["t"], s["kernel"]) for s in _samples(ctx) if _num(s.get("t")) and isinstance(s.get("kernel"), dict)]
+    if len(ks) < 2:
+        return None
+    fig = Figure(figsize=(9, 3.2))
+    ax = fig.subplots()
+    for key in ("queued", "running", "children"):
+        if any(_num(k.get(key)) for _, k in ks):
+            ax.plot([t for t, _ in ks], [k.get(key) if _num(k.get(key)) else float("nan") for _, k in ks], label=key)
+    ax.set_xlabel("s since sampling began")
+    ax.set_ylabel("count")
+    ax.set_ylim(bottom=0)
+    if any(_num(k.get("executed")) for _, k in ks):
+        ax2 = ax.twinx()
+        ax2.grid(False)
+        pairs = [(t, k["executed"]) for t, k in ks if _num(k.get("executed"))]
+        rate = [(b[0], (b[1] - a[1]) / (b[0] - a[0])) for a, b in zip(pairs, pairs[1:]) if b[0] > a[0]]
+        ax2.plot([r[0] for r in rate], [r[1] for r in rate], color="tab:gray", lw=0.8, ls="--", label="executed/s")
+        ax2.set_ylabel("executed per s")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def resources(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    ss = [s for s in _samples(ctx) if _num(s.get("t")) and _num(s.get("rss_mb"))]
+    if len(ss) < 2:
+        return None
+    fig = Figure(figsize=(9, 4.2))
+    axes = fig.subplots(2, 2, sharex=True)
+    for ax, (key, label) in zip(axes.flat, (("rss_mb", "RSS, MB"), ("cpu_pct", "CPU, %"), ("fds", "open fds"), ("children", "child processes"))):
+        ax.plot([s["t"] for s in ss], [s.get(key) if _num(s.get(key)) else float("nan") for s in ss], lw=1)
+        ax.set_ylabel(label)
+    for ax in axes[1]:
+        ax.set_xlabel("s since sampling began")
+    return fig
+
+
+def abtest_speedup(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    if doc.get("scenario") != "abtest":
+        return None
+    rs = [r for r in (doc.get("summary") or {}).get("rows") or () if _num(r.get("n"))]
+    if not rs:
+        return None
+    fig = Figure(figsize=(7, 3.6))
+    ax = fig.subplots()
+    ns = [r["n"] for r in rs]
+    ax.plot(ns, [r.get("ideal") if _num(r.get("ideal")) else r["n"] for r in rs], color="0.5", ls="--", label="ideal (all N at once)")
+    ok = [r for r in rs if _num(r.get("speedup"))]
+    if ok:
+        lo = [r["speedup"] - r["speedup_ci"][0] if isinstance(r.get("speedup_ci"), (list, tuple)) and _num(r["speedup_ci"][0]) else 0 for r in ok]
+        hi = [r["speedup_ci"][1] - r["speedup"] if isinstance(r.get("speedup_ci"), (list, tuple)) and _num(r["speedup_ci"][1]) else 0 for r in ok]
+        ax.errorbar([r["n"] for r in ok], [r["speedup"] for r in ok], yerr=[lo, hi], fmt="o-", capsize=4, label="measured speedup (95% CI)")
+    bad = [r for r in rs if not _num(r.get("speedup"))]
+    if bad:
+        ax.scatter([r["n"] for r in bad], [1] * len(bad), marker="x", color="crimson", label="no valid measurement")
+    ax.set_xlabel("N (calls in the batch)")
+    ax.set_ylabel("speedup = serial / concurrent")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def cmp_distributions(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    if doc.get("scenario") != "cmp":
+        return None
+    groups: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.get("kind") == "cmp" and r.get("passed") and _num(r.get("latency_s")):
+            groups.setdefault(r.get("dim") or "?", {}).setdefault(r.get("version") or "?", []).append(r["latency_s"] * 1000)
+    if not groups:
+        return None
+    fig = Figure(figsize=(9, 3.4))
+    axes = fig.subplots(1, len(groups), squeeze=False)[0]
+    for ax, (dim, by) in zip(axes, sorted(groups.items())):
+        names = [v for v in ("old", "new") if v in by] + [v for v in by if v not in ("old", "new")]
+        ax.boxplot([by[v] for v in names], showfliers=True, flierprops={"markersize": 2})
+        ax.set_xticks(range(1, len(names) + 1), names)
+        ax.set_title(dim, fontsize=9)
+        ax.set_ylabel("turn latency, ms")
+    return fig
+
+
+def findmax_stages(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    s = doc.get("summary") or {}
+    stages = s.get("stages") or []
+    if doc.get("scenario") != "findmax" or not stages:
+        return None
+    fig = Figure(figsize=(8, 3.4))
+    ax = fig.subplots()
+    lv = [h["level"] for h in stages]
+    ax.plot(lv, [h.get("throughput_per_s") or 0 for h in stages], "o-", color="tab:green", label="throughput")
+    for h in stages:
+        if not h.get("held"):
+            ax.axvline(h["level"], color="crimson", ls="--", lw=1)
+    if _num(s.get("max_level")):
+        ax.axvline(s["max_level"], color="tab:green", ls=":", lw=1.2)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"level ({s.get('unit') or 'connections'}); dotted: max sustainable, dashed red: broke an --slo")
+    ax.set_ylabel("passed per s", color="tab:green")
+    ax2 = ax.twinx()
+    ax2.grid(False)
+    ax2.plot(lv, [((h.get("latency_s") or {}).get("p95") or float("nan")) * 1000 for h in stages], "s-", color="tab:orange", label="p95")
+    ax2.set_ylabel("p95, ms", color="tab:orange")
+    return fig
+
+
+def anatomy(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    an = (doc.get("summary") or {}).get("anatomy") or {}
+    if not an:
+        return None
+    fig = Figure(figsize=(8, 0.9 + 0.45 * len(an)))
+    ax = fig.subplots()
+    names = list(an)
+    left = [0.0] * len(names)
+    for key, label, color in (("llm_s", "LLM", "tab:blue"), ("tool_s", "tools", "tab:orange"), ("overhead_s", "kernel overhead", "tab:red")):
+        vals = [max(0.0, ((an[m].get(key) or {}).get("p50") or 0.0) * 1000) for m in names]
+        ax.barh(names, vals, left=left, label=label, color=color)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.set_xlabel("ms (p50 of each part, passed turns)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def session_turns(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    bt = [b for b in (doc.get("summary") or {}).get("by_turn") or () if _num(b.get("p50"))]
+    if doc.get("scenario") != "sessions" or not bt:
+        return None
+    fig = Figure(figsize=(8, 3.2))
+    ax = fig.subplots()
+    ax.plot([b["turn"] for b in bt], [b["p50"] * 1000 for b in bt], "o-", label="p50")
+    ax.plot([b["turn"] for b in bt], [(b.get("p95") or float("nan")) * 1000 for b in bt], "s--", label="p95")
+    ax.set_xlabel("turn index within the session")
+    ax.set_ylabel("latency, ms")
+    ax.legend(fontsize=7)
+    return fig
+
+
+Chart = Callable[[Any, dict[str, Any], list[dict[str, Any]], dict[str, Any]], Any]
+CHARTS: list[tuple[str, str, Chart]] = [
+    ("findmax-stages", "find-max: throughput and p95 by level", findmax_stages),
+    ("abtest-speedup", "Speedup vs N, with the ideal line and 95% confidence intervals", abtest_speedup),
+    ("cmp-distributions", "OLD and NEW: turn latency per dimension", cmp_distributions),
+    ("latency-over-time", "Latency over time, per marker (failed turns: red x; stage boundaries dashed)", latency_over_time),
+    ("latency-cdf", "Latency distribution (CDF) per marker", latency_cdf),
+    ("inflight-throughput", "Turns in flight and passed turns per second", inflight_throughput),
+    ("session-turns", "Session latency by turn index", session_turns),
+    ("anatomy", "Turn anatomy: where the time went, per marker", anatomy),
+    ("kernel-counters", "The kernel's queue and counters over time (its stats frame)", kernel_counters),
+    ("resources", "The target's process tree: RSS, CPU, fds, children", resources),
+]
+
+
+def render_html(doc: dict[str, Any], rows: list[dict[str, Any]], report_md: str, run_dir: Path | None = None) -> str:
+    """The whole page: charts first, then the Markdown report rendered."""
+    import markdown
+
+    Figure = _mpl()
+    ctx: dict[str, Any] = {"dir": run_dir}
+    figures, errors = [], []
+    for name, caption, fn in CHARTS:
+        try:
+            fig = fn(Figure, doc, rows, ctx)
+            if fig is not None:
+                figures.append((name, caption, _svg(fig)))
+        except Exception as exc:  # noqa: BLE001 - one chart that cannot be drawn must not cost the report
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+    title = report_md.splitlines()[0].lstrip("# ").strip() if report_md else f"kstress {doc.get('scenario')}"
+    # the report's header (title, target, verdict) on top, the charts, then the rest of it
+    cut = report_md.find("\n## ")
+    head, rest = (report_md[:cut], report_md[cut:]) if cut >= 0 else (report_md, "")
+    md = lambda text: markdown.markdown(text, extensions=["tables", "fenced_code"], output_format="html")  # noqa: E731
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
+        md(head),
+        "<nav>" + "".join(f'<a href="#{n}">{html.escape(c.split(":")[0].split(",")[0])}</a>' for n, c, _ in figures) + '<a href="#report">report</a></nav>',
+        f'<section id="charts" data-charts="{len(figures)}">',
+    ]
+    for name, caption, svg in figures:
+        parts.append(f'<figure class="chart" id="{name}" data-chart="{name}">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>')
+    if errors:
+        parts.append("<p><strong>Charts that could not be drawn:</strong> " + html.escape("; ".join(errors)) + "</p>")
+    parts += ["</section>", '<section id="report">', md(rest), "</section></body></html>"]
+    return "\n".join(parts)
