@@ -12,6 +12,11 @@ floor, ...) so that drift on a shared machine hits all alike:
   anthropic-text, anthropic-batch    the same on POST /v1/messages
   responses-text, responses-batch    the same on POST /v1/responses
 
+When node is here, `make bench` also runs the anchor the issue measured —
+aimock (npm @copilotkit/aimock, pinned; installed into bench/out/aimock),
+fixtures for a 20-chunk text and a 4-call batch on chat completions — in the
+same interleaved rounds, and prints each dialect's rate against it.
+
 Before measuring, one request of each is checked: chat by parsing the stream,
 the other two dialects by the official SDK's streaming helper (anthropic's
 messages.stream().get_final_message(), openai's responses.stream()), so a
@@ -31,6 +36,7 @@ with apt-get when missing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -54,6 +60,8 @@ from mock.markers import build_plan, compose, parse_text_verdict  # noqa: E402
 OUT = ROOT / "bench" / "out"
 TARGET_RATIO = 0.65
 READY_RE = re.compile(r"(?:mock|floor) listening on (http://[\d.]+:\d+)\n")
+AIMOCK = "@copilotkit/aimock@1.43.0"  # the anchor the issue measured; pinned so ratios compare across runs
+AIMOCK_DIR = OUT / "aimock"
 NONCE = "bench"
 def _chat(marker: str | None) -> dict:
     return {"model": "bench", "stream": True, "messages": [{"role": "user", "content": compose(marker, NONCE)}]}
@@ -78,6 +86,45 @@ BODIES = {
     "responses-batch": ("/v1/responses", _responses("!batch4")),
 }
 MEASURED = [n for n in BODIES if n != "floor"]
+# the best existing mock, on the same machine in the same run, when node is here:
+# a 20-chunk text reply and a 4-call batch from fixtures, on chat completions
+AIMOCK_TEXT = "aimock-text " + "This is the aimock anchor answering a benchmark request with a fixed reply of twenty pieces. " * 4
+AIMOCK_BODIES = {
+    "aimock-text": ("/v1/chat/completions", {"model": "bench", "stream": True, "messages": [{"role": "user", "content": f"aimock-text #{NONCE}"}]}),
+    "aimock-batch": ("/v1/chat/completions", {"model": "bench", "stream": True, "messages": [{"role": "user", "content": f"aimock-batch #{NONCE}"}]}),
+}
+AIMOCK_FIXTURES = {"fixtures": [
+    {"match": {"userMessage": "aimock-text"}, "response": {"content": AIMOCK_TEXT[len("aimock-text "):][:400]}},
+    {"match": {"userMessage": "aimock-batch"}, "response": {"toolCalls": [{"name": "fs_read", "arguments": {"path": f"/tmp/{c}"}} for c in "abcd"]}},
+]}
+
+
+def ensure_aimock() -> list[str] | None:
+    """aimock's command line, installed with npm into bench/out/aimock when
+    node is here; None (and why, printed) when it cannot be."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        print("bench: aimock anchor skipped: node/npm not found", flush=True)
+        return None
+    cli_js = AIMOCK_DIR / "node_modules" / "@copilotkit" / "aimock" / "dist" / "cli.js"
+    if not cli_js.exists():
+        print(f"bench: installing the aimock anchor: npm install {AIMOCK}", flush=True)
+        AIMOCK_DIR.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(AIMOCK_DIR), AIMOCK], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0 or not cli_js.exists():
+            print(f"bench: aimock anchor skipped: npm install failed: {(done.stderr or done.stdout).strip()[-300:]}", flush=True)
+            return None
+    fixtures = AIMOCK_DIR / "bench-fixtures.json"
+    fixtures.write_text(json.dumps(AIMOCK_FIXTURES))
+    return [node, str(cli_js), "-p", "{port}", "-f", str(fixtures), "--log-level", "warn"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class BenchError(Exception):
@@ -182,20 +229,37 @@ def run_wrk(wrk: str, url: str, lua: Path, seconds: int, settings: Settings) -> 
 class Server:
     """A server subprocess pinned to one CPU; stopped SIGTERM -> SIGKILL on every path."""
 
-    def __init__(self, name: str, argv: list[str], cpu: str) -> None:
+    def __init__(self, name: str, argv: list[str], cpu: str, port: int | None = None) -> None:
         self.name = name
         self.argv = ["taskset", "-c", cpu, *argv]
         self.proc: subprocess.Popen | None = None
         self.url = ""
+        self.port = port  # a server without a ready line (aimock, silenced): ready when the port accepts
 
     def __enter__(self) -> "Server":
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out = subprocess.DEVNULL if self.port is not None else subprocess.PIPE
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=out, stderr=subprocess.PIPE)
         try:
-            self.url = self._ready(15.0)
+            self.url = self._ready(15.0) if self.port is None else self._accepting(15.0)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _accepting(self, timeout: float) -> str:
+        import socket
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise BenchError(f"{self.name} exited {self.proc.returncode} before it listened: {self.argv}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return f"http://127.0.0.1:{self.port}"
+            except OSError:
+                time.sleep(0.05)  # polling a port that is not open yet, bounded by the deadline
+        raise BenchError(f"{self.name} did not listen on 127.0.0.1:{self.port} within {timeout} s: {self.argv}")
 
     def _ready(self, timeout: float) -> str:
         assert self.proc is not None
@@ -312,7 +376,24 @@ def check_sdk(name: str, url: str) -> str:
     return f"the SDK read {len(calls)} calls as planned"
 
 
+def check_aimock(name: str, raw: bytes) -> str:
+    chunks = sse_chunks(raw)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+    if name == "aimock-text":
+        pieces = [d["content"] for d in deltas if d.get("content")]
+        if not 18 <= len(pieces) <= 22:
+            raise BenchError(f"aimock-text: {len(pieces)} content chunks, want about 20 (the fixture and --chunk-size 20)")
+        return f"{len(chunks)} events, {len(pieces)} content pieces"
+    ids = {f.get("id") for d in deltas for f in d.get("tool_calls", []) if f.get("id")}
+    if len(ids) != 4:
+        raise BenchError(f"aimock-batch: {len(ids)} tool calls, want 4")
+    return f"{len(chunks)} events, 4 calls"
+
+
 def check(name: str, url: str) -> str:
+    if name.startswith("aimock-"):
+        path, body = AIMOCK_BODIES[name]
+        return check_aimock(name, fetch(url, body, path))
     if name in ("floor", "text", "batch"):
         path, body = BODIES[name]
         return check_reply(name, fetch(url, body, path))
@@ -327,13 +408,17 @@ def run(settings: Settings) -> dict:
     cpus = os.cpu_count() or 1
     if cpus < 2:
         raise BenchError(f"this machine has {cpus} CPU; the bench pins wrk and the server to two different CPUs")
-    luas = {name: lua_script(name, body, path) for name, (path, body) in BODIES.items()}
+    aimock_argv = ensure_aimock()
+    bodies = {**BODIES, **(AIMOCK_BODIES if aimock_argv else {})}
+    luas = {name: lua_script(name, body, path) for name, (path, body) in bodies.items()}
     py = sys.executable
     samples: list[Sample] = []
-    with Server("floor", [py, str(ROOT / "bench" / "floor.py"), "--port", "0"], settings.server_cpu) as floor, Server(
-        "mock", [py, "-m", "mock", "--port", "0"], settings.server_cpu
-    ) as mock:
-        urls = {name: (floor.url if name == "floor" else mock.url) for name in BODIES}
+    with contextlib.ExitStack() as stack:
+        floor = stack.enter_context(Server("floor", [py, str(ROOT / "bench" / "floor.py"), "--port", "0"], settings.server_cpu))
+        mock = stack.enter_context(Server("mock", [py, "-m", "mock", "--port", "0"], settings.server_cpu))
+        port = free_port()
+        aimock = stack.enter_context(Server("aimock", [a.replace("{port}", str(port)) for a in aimock_argv], settings.server_cpu, port=port)) if aimock_argv else None
+        urls = {name: (floor.url if name == "floor" else aimock.url if name.startswith("aimock-") and aimock else mock.url) for name in bodies}
         for name, url in urls.items():
             print(f"bench: check {name:15s} {url}: {check(name, url)}", flush=True)
         for name, url in urls.items():  # warm-up, discarded
@@ -349,7 +434,15 @@ def run(settings: Settings) -> dict:
         # the mock still answers correctly after the load
         for name in ("batch", "anthropic-batch", "responses-batch"):
             check(name, mock.url)
-    medians = {name: statistics.median(s.rps for s in samples if s.name == name) for name in BODIES}
+    names = [n for n in bodies]
+    medians = {name: statistics.median(s.rps for s in samples if s.name == name) for name in names}
+    measured = [n for n in names if n != "floor"]
+    vs_aimock = {}
+    if aimock_argv:
+        for name in MEASURED:
+            anchor = "aimock-text" if name.endswith("text") else "aimock-batch"
+            vs_aimock[name] = statistics.median(a / b for a, b in zip(
+                [s.rps for s in samples if s.name == name], [s.rps for s in samples if s.name == anchor]))
     return {
         "version": 1,
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -358,10 +451,12 @@ def run(settings: Settings) -> dict:
         "settings": asdict(settings),
         "samples": [asdict(s) for s in samples],
         "median_rps": medians,
-        "ratio_to_floor": {name: medians[name] / medians["floor"] for name in MEASURED},
+        "ratio_to_floor": {name: medians[name] / medians["floor"] for name in measured},
         # each round's ratio to the floor measured just before it, then the median:
         # steadier than the ratio of medians when the machine's load drifts
-        "paired_ratio": {name: statistics.median(paired(samples, name)) for name in MEASURED},
+        "paired_ratio": {name: statistics.median(paired(samples, name)) for name in measured},
+        # each round's kstress rate / that round's aimock rate (same reply shape), then the median
+        "vs_aimock": vs_aimock,
         "target_ratio": TARGET_RATIO,
     }
 
@@ -380,8 +475,9 @@ def table(result: dict) -> str:
     ]
     label = {"floor": "floor (bare aiohttp, prebuilt chat reply)", "text": "mock chat: 20-chunk text stream", "batch": "mock chat: !batch4 tool stream",
              "anthropic-text": "mock anthropic: 20-chunk text stream", "anthropic-batch": "mock anthropic: !batch4 tool stream",
-             "responses-text": "mock responses: 20-chunk text stream", "responses-batch": "mock responses: !batch4 tool stream"}
-    for name in BODIES:
+             "responses-text": "mock responses: 20-chunk text stream", "responses-batch": "mock responses: !batch4 tool stream",
+             "aimock-text": f"anchor {AIMOCK}: 20-chunk text (chat)", "aimock-batch": f"anchor {AIMOCK}: 4-call batch (chat)"}
+    for name in result["median_rps"]:
         samples = ", ".join(f"{s['rps']:.0f}" for s in result["samples"] if s["name"] == name)
         r = "1.00" if name == "floor" else f"{ratio[name]:.2f}"
         p = "1.00" if name == "floor" else f"{paired_ratio[name]:.2f}"
@@ -393,6 +489,10 @@ def table(result: dict) -> str:
         f"{s['server_cpu']}; {s['rounds']} interleaved rounds; target ratio >= {result['target_ratio']}. "
         "Paired ratio: the median over rounds of each round's rate / that round's floor."
     )
+    va = result.get("vs_aimock") or {}
+    if va:
+        rows += ["", "| kstress mock | × aimock (same reply shape, paired per round) |", "|---|---:|"]
+        rows += [f"| {label[n]} | {v:.2f}x |" for n, v in va.items()]
     return "\n".join(rows)
 
 
@@ -414,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     (OUT / f"bench-{stamp}.md").write_text(text + "\n")
     print()
     print(text)
-    short = [n for n, r in result["paired_ratio"].items() if r < TARGET_RATIO]
+    short = [n for n, r in result["paired_ratio"].items() if r < TARGET_RATIO and not n.startswith("aimock-")]
     print(f"\nbench: results in {OUT}/bench-{stamp}.json")
     if short:
         print(f"bench: below the target ratio {TARGET_RATIO}: {', '.join(short)}")
