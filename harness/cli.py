@@ -361,17 +361,47 @@ def scenario_command(sc) -> click.Command:
     """A scenario's command, built from its settings' flags."""
     params, fields = _settings_params(sc.settings)
 
-    def callback(**kw: Any) -> None:
+    def build(kw: dict[str, Any]) -> tuple[Any, Any]:
+        """Settings and access from the parsed parameters: every usage error, nothing started."""
         settings = sc.settings(**{name: _value(flag, kw.pop('s_' + name)) for name, flag in fields})
+        return settings, (_access(*(kw[k] for k in _ACCESS_ARGS)) if sc.access else None)
+
+    def callback(**kw: Any) -> None:
+        settings, access = build(kw)
         if sc.access:
-            access = _access(*(kw[k] for k in _ACCESS_ARGS))
             _finish(run_edge(lambda: sc.run(settings, access)))
         else:
             _finish(run_edge(lambda: sc.run(settings)))
 
     if sc.access:
         params += _access_params()
-    return click.Command(sc.name, params=params, callback=callback, help=sc.help)
+    cmd = click.Command(sc.name, params=params, callback=callback, help=sc.help)
+    cmd.build = build  # type: ignore[attr-defined]  # `kstress run --check` validates through it
+    return cmd
+
+
+@cli.command("run")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--check", is_flag=True, help="Validate the file whole and print the equivalent command line; start nothing.")
+def run_cmd(file, check) -> None:
+    """Run a scenario file (docs/scenario-files.md): every flag of the scenario, by name, in one TOML file."""
+    from .runner import SOURCE
+    from .scenarios import REGISTRY
+    from .scenfile import load
+
+    sf = load(file, REGISTRY, scenario_command)
+    cmd = scenario_command(REGISTRY[sf.scenario])
+    try:
+        ctx = cmd.make_context(f"kstress {sf.scenario}", list(sf.argv))
+    except click.ClickException as exc:
+        raise UsageError(f"scenario file {file}: {exc.format_message()} (as `{sf.command_line}`)") from None
+    if check:
+        cmd.build(dict(ctx.params))  # type: ignore[attr-defined]
+        click.echo(sf.command_line)
+        return
+    SOURCE.update(scenario_file=str(sf.path), scenario_file_sha256=sf.sha256)
+    with ctx:
+        cmd.invoke(ctx)
 
 
 def _finish(result) -> None:

@@ -37,6 +37,9 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
         c = t.get("contract")
         if isinstance(c, dict):
             out.append(f"  - contract: " + " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in c.items()))
+    src = (doc.get("meta") or {}).get("source") or {}
+    if src.get("scenario_file"):
+        out.append(f"- scenario file `{src['scenario_file']}` (sha256 {str(src.get('scenario_file_sha256'))[:16]}…): `kstress run` it again to repeat this run")
     out.append("- charts and this report as one page: [report.html](report.html)")
     if doc.get("error"):
         out.append(f"- **error:** {doc['error']}")

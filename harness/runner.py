@@ -304,6 +304,11 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
     return result
 
 
+# where this run's settings came from, when not (only) from flags: `kstress
+# run FILE` puts the scenario file and its sha256 here; run.json records them
+SOURCE: dict[str, str] = {}
+
+
 def _live_metrics(scenario: Scenario, settings: Any, targets: Sequence[Target], rows: list[dict[str, Any]]) -> Any:
     """--metrics-port P: the run's Prometheus families on 127.0.0.1:P while it goes."""
     port = getattr(settings, "metrics_port", None)
@@ -367,7 +372,7 @@ def _doc(scenario: Scenario, settings: Any, targets: Sequence[Target], run: Run,
         # who wrote a run.json that still says running: `kstress report` tells
         # a run in progress from one that was killed
         "process": {"pid": os.getpid(), "started": _process_start()},
-        "meta": {"host": host_meta(), "targets": [t.meta for t in targets]},
+        "meta": {"host": host_meta(), "targets": [t.meta for t in targets], **({"source": dict(SOURCE)} if SOURCE else {})},
         "settings": scenario.to_json(settings, targets),
         "summary": {},
         "checks": [],
