@@ -40,8 +40,9 @@ from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..stats import summarize
 from ..thresholds import LATENCY_PS, latency_by_marker, throughput_windows
-from ..sut import Access, Target
-from .common import failure_counts
+from ..kernels import check_split, schedule, split
+from ..sut import Access, Target, kernel_targets
+from .common import failure_counts, kernel_checks, kernel_sections, kernel_summaries
 from .stress import parse_mix
 
 DEFAULT_MIX = "text:3,!batch2:1"
@@ -102,8 +103,18 @@ def _tree_rss(pid: int | None) -> float | None:
 
 
 async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
-    target = Target(access)
-    target.prepare()
+    targets = kernel_targets(access)  # one, or several kernels at once: sessions go to them by weight
+    for t in targets:
+        t.prepare()
+    target = targets[0]
+    many = len(targets) > 1
+    if many:
+        check_split("sessions", settings.sessions, access.weights, access.names, "--sessions")
+        session_kernel = schedule(settings.sessions, access.weights)
+        # each kernel its own connections, its share of --conns (at least one)
+        kernel_conns = [max(1, n) for n in split(settings.connections, access.weights)]
+    else:
+        session_kernel, kernel_conns = [0] * settings.sessions, [settings.connections]
     run_tag = "r" + os.urandom(3).hex()
     mix = parse_mix(settings.mix)
     markers = [m for m, _ in mix]
@@ -112,9 +123,16 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
     async def body(run: Run) -> None:
         if not target.contract.sessions:
             run.extras.setdefault("skipped", []).append({"check": "every session kept its own history", "why": "the contract says sessions=false"})
-        conns: list[KernelClient | None] = [None] * settings.connections
+        # kernel i's connections are conns[base[i] : base[i] + kernel_conns[i]]
+        base = [sum(kernel_conns[:i]) for i in range(len(targets))]
+        conns: list[KernelClient | None] = [None] * sum(kernel_conns)
+        conn_target = [targets[i] for i, n in enumerate(kernel_conns) for _ in range(n)]
         locks = [asyncio.Lock() for _ in conns]
-        run.extras["memory"] = {"rss_before_mb": _tree_rss(target.target_pid)}
+        per_kernel = run.extras.get("kernels") or []
+        for i, k in enumerate(per_kernel):
+            k.update(weight=access.weights[i], conns=kernel_conns[i], sessions=session_kernel.count(i), memory={"rss_before_mb": _tree_rss(targets[i].target_pid)})
+        if not many:
+            run.extras["memory"] = {"rss_before_mb": _tree_rss(target.target_pid)}
 
         async def connection(k: int) -> KernelClient | None:
             async with locks[k]:  # sessions share it: one connects, the others wait
@@ -125,7 +143,7 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
                     await c.aclose()
                     run.extras["reconnects"] = run.extras.get("reconnects", 0) + 1
                 try:
-                    conns[k] = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
+                    conns[k] = await conn_target[k].client(connect_timeout_s=settings.connect_timeout_s).connect()
                 except ConnError:
                     conns[k] = None
                     raise
@@ -135,11 +153,13 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
             part = f"{k:04d}"
             sid = f"s{part}"  # the session field; the nonce spells it _s<part>_t<turn>
             rng = random.Random(settings.seed * 100_003 + k)
+            ki = session_kernel[k]
+            target, local = targets[ki], session_kernel[:k].count(ki)  # the session's kernel, and its index among that kernel's
             for t in range(1, settings.turns + 1):
                 run.check_alive()
                 marker = rng.choices(markers, weights)[0]
                 marker = "" if marker == "text" else marker
-                ci = (k + (t - 1 if settings.reconnect else 0)) % len(conns)
+                ci = base[ki] + (local + (t - 1 if settings.reconnect else 0)) % kernel_conns[ki]
                 labels = dict(kind="session", session=sid, turn=t, conn=ci)
                 try:
                     client = await connection(ci)
@@ -157,12 +177,16 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
                 for k in range(settings.sessions):
                     tg.create_task(session(k))
         finally:
-            run.extras["memory"]["rss_after_mb"] = _tree_rss(target.target_pid)
+            if many:
+                for i, k in enumerate(per_kernel):
+                    k["memory"]["rss_after_mb"] = _tree_rss(targets[i].target_pid)
+            else:
+                run.extras["memory"]["rss_after_mb"] = _tree_rss(target.target_pid)
             for c in conns:
                 if c is not None:
                     await c.aclose()
 
-    return await run_scenario(SCENARIO, settings, [target], body, total=settings.sessions * settings.turns)
+    return await run_scenario(SCENARIO, settings, targets, body, total=settings.sessions * settings.turns)
 
 
 def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +226,7 @@ def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], ext
             "kb_per_session": round(growth * 1024 / len(complete), 2) if growth is not None and complete else None,
         },
         "reconnects": extras.get("reconnects", 0),
+        **({"kernels": [{**k, "memory": e.get("memory")} for k, e in zip(kernel_summaries(turns, extras), extras["kernels"])]} if extras.get("kernels") else {}),
     }
 
 
@@ -212,7 +237,7 @@ def sessions_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
         Check(f"every session ran its {settings.get('turns')} turns", s["sessions"]["complete"] == settings.get("sessions"),
               f"{s['sessions']['complete']}/{settings.get('sessions')} complete"),
     ]
-    return checks
+    return checks + kernel_checks(s, "turn")
 
 
 def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
@@ -229,12 +254,16 @@ def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
         f"| {s.get('attempted')} | {s.get('passed')} | {fmt_pct(s.get('pass_rate'))} | {(s.get('sessions') or {}).get('complete')}/{st.get('sessions')} | {s.get('history_failures')} |",
         "",
     ]
+    by_kernel, kernel_latency = kernel_sections(s)
+    out += by_kernel
     if s.get("history_example"):
         out += [f"First history problem: `{s['history_example']}`", ""]
     if s.get("failures"):
         ex = s.get("failure_examples") or {}
         out += ["| failure | count | first seen as |", "|---|---:|---|"]
         out += [f"| {k} | {v} | `{ex.get(k, k)}` |" for k, v in s["failures"].items()] + [""]
+    if kernel_latency:
+        out += ["## Latency by kernel (passed turns)", ""] + kernel_latency
     out += latency_by_marker_section(s)
     out += ["## Latency by turn index (passed turns)", "", "| turn | attempted | passed | p50 | p95 | mean |", "|---:|---:|---:|---:|---:|---:|"]
     for r in s.get("by_turn") or ():
@@ -273,4 +302,5 @@ SCENARIO = Scenario(
     checks=sessions_all_checks,
     render=render_sessions,
     to_json=_settings_json,
+    kernels=True,
 )
