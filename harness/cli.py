@@ -66,10 +66,24 @@ def mock_cmd(ctx) -> None:
 # --- shared parameters ----------------------------------------------------------------
 
 
-def _target_params() -> list[click.Parameter]:
+def _target_params(multi: bool = False) -> list[click.Parameter]:
+    if multi:
+        # a scenario that takes several kernels at once (Scenario.kernels)
+        which = [
+            click.Option(["--target", "target_file"], type=click.Path(dir_okay=False, path_type=Path), multiple=True,
+                         help="Target TOML file; repeatable with --launch: several kernels in one sandbox, one shared mock."),
+            click.Option(["--bin", "bin_"], multiple=True,
+                         help="Binary to run (default: the reference kernel); repeatable with --launch, each a quoted command line, e.g. --bin refkernel --bin 'refkernel --fault first-tool-only'."),
+            click.Option(["--weight", "weights"], type=float, multiple=True,
+                         help="The share of the load of each kernel, one per --target/--bin in their order (default: an even split)."),
+        ]
+    else:
+        which = [
+            click.Option(["--target", "target_file"], type=click.Path(dir_okay=False, path_type=Path), help="Target TOML file."),
+            click.Option(["--bin", "bin_"], help="Binary to run (default: the reference kernel)."),
+        ]
     return [
-        click.Option(["--target", "target_file"], type=click.Path(dir_okay=False, path_type=Path), help="Target TOML file."),
-        click.Option(["--bin", "bin_"], help="Binary to run (default: the reference kernel)."),
+        *which,
         click.Option(["--arg", "args"], multiple=True, help="Extra argument for the binary (repeatable)."),
         click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
         click.Option(["--listen"], type=click.Choice(["unix", "tcp", "ws"]), help="How the launched kernel listens inside the sandbox (default: the target file's, else unix)."),
@@ -87,7 +101,7 @@ def _target_params() -> list[click.Parameter]:
     ]
 
 
-def _access_params() -> list[click.Parameter]:
+def _access_params(multi: bool = False) -> list[click.Parameter]:
     return [
         click.Option(["--launch"], is_flag=True, help="Start an own sandbox for this run (with the target options) instead of using the running one."),
         click.Option(["--state"], type=click.Path(dir_okay=False, path_type=Path), help="State file of a running sandbox (default: the current one)."),
@@ -95,7 +109,7 @@ def _access_params() -> list[click.Parameter]:
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog: the sandbox mock's with --launch, the one to judge by with --socket."),
         click.Option(["--mock", "mock_addr"], help="With --socket: the mock the kernel talks to (unix:PATH or http://127.0.0.1:PORT), asked for each turn's verdict."),
-        *_target_params(),
+        *_target_params(multi),
         click.Argument(["extra"], nargs=-1),
     ]
 
@@ -121,15 +135,21 @@ def _with(params: Callable[[], list[click.Parameter]]):
     return deco
 
 
-def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs=(), env_pairs=(), llm_api=None, listen=None, ttft_ms=0, chunk_delay_ms=0):
+def launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs=(), env_pairs=(), llm_api=None, listen=None, ttft_ms=0, chunk_delay_ms=0, command=None):
+    """``command``: a quoted command line (one of several --bin, as cmp takes
+    them) instead of --target/--bin."""
     from dataclasses import replace
 
     from .launcher import LaunchSettings
-    from .target import load_target, spec_from_flags
+    from .target import load_target, spec_from_command, spec_from_flags
 
     if target_file is not None and bin_ is not None:
         raise UsageError("--target and --bin are exclusive: give one way to start the binary")
-    if target_file is not None:
+    if command is not None:
+        spec = spec_from_command(command).with_args(*args, *extra)
+        if protocol:
+            spec = replace(spec, protocol=protocol)
+    elif target_file is not None:
         spec = load_target(target_file).with_args(*args, *extra)
         if protocol:
             spec = replace(spec, protocol=protocol)
@@ -296,12 +316,63 @@ def kcli_shell(state, socket, token, protocol, connect_timeout, timeout) -> None
 # --- scenarios ----------------------------------------------------------------------
 
 
-def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs):
+def _kernels(launch, tools_file, target_files, bins, weights, *rest):
+    """Several kernels (repeatable --target or --bin): one LaunchSettings
+    each, the same flags for all (-- ARGS, --arg, --env, ... go to every
+    kernel), their names and weights. A single one is left to _access, as before."""
+    from dataclasses import replace
+
+    from .kernels import check_weights, command_name, unique_names
+    from .target import load_catalog_file
+
+    if not launch:
+        raise UsageError(f"{len(target_files) + len(bins)} kernels (--target/--bin given more than once) need --launch: several kernels are started together in one sandbox")
+    if target_files and bins:
+        raise UsageError("--target and --bin are exclusive: give the kernels all as --target files or all as --bin command lines")
+    if target_files:
+        settings = [launch_settings(f, None, *rest) for f in target_files]
+        names = [ls.target.name for ls in settings]  # the file's name = ..., else its binary's basename
+    else:
+        settings = [launch_settings(None, None, *rest, command=b) for b in bins]
+        names = [command_name(b) for b in bins]
+    names = unique_names(names)
+    if tools_file is not None:
+        load_catalog_file(tools_file, "--tools")
+        settings = [replace(ls, target=replace(ls.target, tools=str(Path(tools_file).resolve()))) for ls in settings]
+    catalogs = {ls.target.tools for ls in settings}
+    if len(catalogs) > 1:
+        which = ", ".join(f"{n}: {ls.target.tools or 'the default catalog'}" for n, ls in zip(names, settings))
+        raise UsageError(f"the kernels share one mock, so one tool catalog, but theirs differ ({which}); give them the same tools (or --tools FILE for all)")
+    return settings, tuple(names), check_weights(tuple(weights), names)
+
+
+def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs, weights=None):
     from .contract import OTHER, merged
     from .sut import Access
 
+    command = None
+    if weights is not None:
+        # a scenario that takes several kernels: --target/--bin are tuples
+        files, bins = tuple(target_file), tuple(bin_)
+        if len(files) + len(bins) > 1:
+            rest = (args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen, ttft_ms, chunk_delay_ms)
+            settings, names, ws = _kernels(launch, tools_file, files, bins, weights, *rest)
+            return Access(launch=settings[0], more=tuple(settings[1:]), names=names, weights=ws, tool_ms=tool_ms, mixed_ms=mixed_ms)
+        if weights and not launch:
+            raise UsageError("--weight goes with several kernels launched together (--launch with --target/--bin repeated)")
+        if len(weights) > 1:
+            raise UsageError(f"--weight was given {len(weights)} times for 1 kernel: give one --weight per kernel (--target/--bin repeated), or none")
+        if weights:
+            from .kernels import check_weights
+
+            check_weights(weights, ["the kernel"])
+        target_file, bin_ = (files[0] if files else None), (bins[0] if bins else None)
+        if bin_ is not None and any(c.isspace() for c in bin_) and not os.path.exists(bin_):
+            # one quoted command line, as several --bin take them
+            command, bin_ = bin_, None
+
     if launch:
-        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen, ttft_ms, chunk_delay_ms)
+        ls = launch_settings(target_file, bin_, args, extra, protocol, mechanism, tool_ms, mixed_ms, contract_pairs, env_pairs, llm_api, listen, ttft_ms, chunk_delay_ms, command)
         if tools_file is not None:
             # the sandbox's mock plans with it, and the run judges with it
             from dataclasses import replace
@@ -364,7 +435,7 @@ def scenario_command(sc) -> click.Command:
     def build(kw: dict[str, Any]) -> tuple[Any, Any]:
         """Settings and access from the parsed parameters: every usage error, nothing started."""
         settings = sc.settings(**{name: _value(flag, kw.pop('s_' + name)) for name, flag in fields})
-        return settings, (_access(*(kw[k] for k in _ACCESS_ARGS)) if sc.access else None)
+        return settings, (_access(*(kw[k] for k in _ACCESS_ARGS), weights=kw["weights"] if sc.kernels else None) if sc.access else None)
 
     def callback(**kw: Any) -> None:
         settings, access = build(kw)
@@ -374,7 +445,7 @@ def scenario_command(sc) -> click.Command:
             _finish(run_edge(lambda: sc.run(settings)))
 
     if sc.access:
-        params += _access_params()
+        params += _access_params(sc.kernels)
     cmd = click.Command(sc.name, params=params, callback=callback, help=sc.help)
     cmd.build = build  # type: ignore[attr-defined]  # `kstress run --check` validates through it
     return cmd

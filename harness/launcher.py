@@ -138,8 +138,21 @@ class TargetExit:
 
 
 class Launch:
-    def __init__(self, settings: LaunchSettings) -> None:
+    """One target in a sandbox. With ``host`` (another Launch, already
+    started) the target joins the host's sandbox and talks to the host's mock:
+    several kernels in one namespace with one shared mock (several kernels at
+    once, docs/targets.md). A joined launch owns only its target (and its
+    connector): its directory is a subdirectory of the host's, and closing it
+    leaves the sandbox and the mock to the host."""
+
+    def __init__(self, settings: LaunchSettings, host: "Launch | None" = None, key: str = "") -> None:
         self.settings = settings
+        self.host = host
+        self.key = key  # a joined launch's subdirectory name: short, for the socket path's sake
+        # every launch of one sandbox: an orphan check must not take a sibling
+        # kernel (or what it still runs) for this one's orphan
+        self.group: list[Launch] = host.group if host is not None else []
+        self.group.append(self)
         self.spec = settings.target
         self.protocol = load_protocol(self.spec.protocol)
         self.token = settings.token or secrets.token_hex(8)
@@ -173,8 +186,15 @@ class Launch:
 
     @property
     def mock_socket(self) -> Path:
+        if self.host is not None:
+            return self.host.mock_socket
         assert self.run_dir is not None
         return self.run_dir / MOCK_SOCKET_NAME
+
+    @property
+    def mock_process(self) -> asyncio.subprocess.Process | None:
+        """The mock this target talks to: its own, or its host's."""
+        return self.host.mock_proc if self.host is not None else self.mock_proc
 
     @property
     def connector_socket(self) -> Path:
@@ -255,10 +275,33 @@ class Launch:
         give_to_invoking_user(self.logs / name)
         return f
 
+    def _make_joined_dir(self) -> Path:
+        """A joined launch's directory, inside its host's (whose owner lock and
+        sweep cover it)."""
+        assert self.host is not None and self.host.run_dir is not None
+        run_dir = self.host.run_dir / self.key
+        sock = run_dir / SOCKET_NAME
+        if len(os.fsencode(sock)) > UNIX_PATH_MAX:
+            raise UsageError(f"socket path {sock} is {len(os.fsencode(sock))} bytes, over the {UNIX_PATH_MAX}-byte limit of "
+                             "unix socket paths; choose a shorter run root (e.g. /tmp)")
+        run_dir.mkdir(mode=0o700)
+        for sub in ("data", "logs"):
+            (run_dir / sub).mkdir(mode=0o700)
+        give_to_invoking_user(run_dir, run_dir / "data", run_dir / "logs")
+        return run_dir
+
     async def start(self) -> None:
         from .sandbox import Sandbox
 
         self.bin_path = self.spec.check_binary()
+        if self.host is not None:
+            self.run_dir = self._make_joined_dir()
+            self.sandbox, self.llm_url = self.host.sandbox, self.host.llm_url
+            if self.spec.listen != "unix":
+                await self._start_connector()
+            await self._start_target()
+            self.write_state(status="ready")
+            return
         self.run_dir = self._make_run_dir()
         self.sandbox = Sandbox(mechanism=self.settings.mechanism, grace_s=self.settings.sandbox_grace_s)
         await self.sandbox.start()
@@ -447,13 +490,30 @@ class Launch:
         itself while it runs)."""
         if self.sandbox is None:
             return []
-        skip = {p.pid for p in (self.mock_proc, self.target_proc, self.connector_proc) if p is not None}
+        mock = self.mock_process
+        skip = {p.pid for p in (mock, self.target_proc, self.connector_proc) if p is not None}
         mock_tree: set[int] = set()
-        if self.mock_proc is not None:
+        if mock is not None:
             try:
-                mock_tree = {c.pid for c in psutil.Process(self.mock_proc.pid).children(recursive=True)}
+                mock_tree = {c.pid for c in psutil.Process(mock.pid).children(recursive=True)}
             except psutil.Error:
                 pass
+        for other in self.group:
+            if other is self:
+                continue
+            # a sibling kernel that still runs, with what it runs; one already
+            # stopped has had its orphans named (an orphan's parent is init,
+            # never a sibling, so what is left is this target's)
+            for p in (other.target_proc, other.connector_proc):
+                if p is not None:
+                    skip.add(p.pid)
+            if other.target_proc is not None and other.target_proc.returncode is None:
+                try:
+                    mock_tree |= {c.pid for c in psutil.Process(other.target_proc.pid).children(recursive=True)}
+                except psutil.Error:
+                    pass
+            if other.exit is not None:
+                skip |= {o["pid"] for o in other.exit.orphans}
         out = []
         for pid in self.sandbox.pids():
             if pid in skip or pid in mock_tree:
@@ -504,7 +564,7 @@ class Launch:
         finally:
             if self.dialer is not None:
                 await self.dialer.aclose()
-            if self.sandbox is not None:
+            if self.sandbox is not None and self.host is None:  # a joined launch leaves the sandbox to its host
                 await self.sandbox.aclose()
             for f in self._files:
                 f.close()
@@ -513,7 +573,7 @@ class Launch:
                     await _wait_exit(proc, 1.0)
             # no socket file survives a run (a killed kernel cannot remove its own)
             if self.run_dir is not None:
-                for sock in (self.socket_path, self.mock_socket, self.connector_socket):
+                for sock in (self.socket_path, self.connector_socket, *((self.mock_socket,) if self.host is None else ())):
                     try:
                         sock.unlink()
                     except FileNotFoundError:

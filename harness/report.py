@@ -30,7 +30,7 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
     host = doc.get("meta", {}).get("host", {})
     out.append(f"- host {host.get('hostname')} ({host.get('cpus')} CPUs, Linux {host.get('kernel')}, Python {host.get('python')}), kstress {host.get('harness_version')}")
     for t in doc.get("meta", {}).get("targets", []):
-        label = f"{t.get('label')}: " if t.get("label") else ""
+        label = f"{t.get('label') or t.get('kernel')}: " if t.get("label") or t.get("kernel") else ""
         argv = " ".join(t.get("argv") or []) or t.get("socket") or ""
         sha = (t.get("bin_sha256") or "")[:16]
         out.append(f"- target {label}`{argv}`" + (f" (sha256 {sha}…)" if sha else "") + (f", sandbox {t.get('namespace')} ({t.get('mechanism')})" if t.get("namespace") else ""))

@@ -93,6 +93,9 @@ class Scenario:
     render: Callable[[dict[str, Any], dict[str, Any]], str]
     to_json: Callable[[Any, Sequence[Target]], dict[str, Any]] = settings_json
     access: bool = True  # takes --launch/--state/--socket and the target options
+    # takes several kernels at once (repeatable --target/--bin, --weight; with
+    # --launch): its run gets an Access with `more` and splits its load itself
+    kernels: bool = False
     # the rows --threshold judges: the load, without probes and warm-up
     threshold_rows: Callable[[Rows], Rows] = lambda rows: [r for r in rows if r.get("kind") != "probe" and not r.get("warmup")]
 
@@ -102,6 +105,15 @@ def orphan_checks(extras: dict[str, Any]) -> list[Check]:
     orphans = extras.get("orphans")
     if orphans is None:
         return []
+    names = [k["name"] for k in extras.get("kernels") or ()]
+    if names:
+        # several kernels: one check each, naming it
+        out = []
+        for n in names:
+            mine = [o for o in orphans if o.get("kernel") == n]
+            detail = "; ".join(f"pid {o['pid']}: {o['cmdline']}" for o in mine)
+            out.append(Check(f"no orphans after {n} exited", not mine, detail or "none"))
+        return out
     detail = "; ".join((f"{o['target']}: " if o.get("target") else "") + f"pid {o['pid']}: {o['cmdline']}" for o in orphans)
     return [Check("no orphans after the target exited", not orphans, detail or "none")]
 
@@ -220,6 +232,8 @@ class Run:
         row.update(labels)
         if target.label:
             row["version"] = target.label
+        if target.kernel:
+            row["kernel"] = target.kernel
         row.setdefault("t_rel", round(turn.t_sent - self.t0, 4))
         self.dir.turn(row)
         self.rows.append(row)
@@ -254,6 +268,10 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
     started = time.time()
     run = Run(rundir, targets, Progress(total, settings.quiet))
     run.rows = live_rows
+    if any(t.kernel for t in targets):
+        # the kernels' names, so that `kstress report` has a row (and an orphan
+        # check) for every kernel, even one that never recorded a turn
+        run.extras["kernels"] = [{"name": t.kernel} for t in targets]
     stack = contextlib.AsyncExitStack()
     if live is not None:
         stack.callback(live.close)
@@ -278,7 +296,7 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
             found = await t.stop_and_check_orphans()
             if found is not None:
                 owned = True
-                orphans += [{**o, "target": t.label} if t.label else o for o in found]
+                orphans += [{**o, **({"target": t.label} if t.label else {}), **({"kernel": t.kernel} if t.kernel else {})} for o in found]
         if owned:
             run.extras["orphans"] = orphans
     except BaseException as exc:  # noqa: BLE001 - every path writes its results
@@ -340,8 +358,11 @@ def _keep_logs(rundir: RunDir, targets: Sequence[Target]) -> None:
             rundir.copy_mock_log(t.mock_log, t.mock_log_offset, name)
         if t.launch is not None and t.launch.run_dir is not None:
             # the sandbox's own directory goes; its process logs stay with the results
-            logs = rundir.path / (f"logs-{t.label}" if t.label else "logs")
+            logs = rundir.path / (f"logs-{t.label}" if t.label else f"logs-{t.kernel}" if t.kernel else "logs")
             shutil.copytree(t.launch.logs, logs, dirs_exist_ok=True)
+    # after every copy: a joined kernel's directory is inside its host's
+    for t in targets:
+        if t.launch is not None and t.launch.run_dir is not None:
             t.launch.remove_run_dir()
 
 

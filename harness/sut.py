@@ -19,7 +19,7 @@ import contextlib
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +94,36 @@ class Access:
     tools: Path | None = None  # catalog, for a bare socket
     contract_pairs: tuple[str, ...] = ()  # --contract KEY=VALUE (a launch carries its own in LaunchSettings)
     mock: str | None = None  # a bare socket's mock, to ask for verdicts (unix:PATH or a loopback URL)
+    # several kernels at once (a scenario that opts in, Scenario.kernels): the
+    # kernels after `launch`, started in its sandbox and judged by its mock
+    more: tuple[LaunchSettings, ...] = ()
+    names: tuple[str, ...] = ()  # every kernel's name, `launch` first (only with `more`)
+    weights: tuple[float, ...] = ()  # the load's split, one per kernel (only with `more`)
+
+    @property
+    def kernels(self) -> int:
+        return 1 + len(self.more)
+
+
+def kernel_targets(access: Access) -> list["Target"]:
+    """One Target per kernel: the first launches the sandbox and the mock,
+    the others join it. A single kernel is the Target of old, unnamed."""
+    first = Target(replace(access, more=(), names=(), weights=()), kernel=access.names[0] if access.more else "")
+    out = [first]
+    for i, ls in enumerate(access.more, start=2):
+        out.append(Target(Access(launch=ls, tool_ms=access.tool_ms, mixed_ms=access.mixed_ms), kernel=access.names[i - 1], host=first, key=f"k{i}"))
+    return out
 
 
 class Target:
     """The kernel under test, however it was reached."""
 
-    def __init__(self, access: Access, label: str = "") -> None:
+    def __init__(self, access: Access, label: str = "", kernel: str = "", host: "Target | None" = None, key: str = "") -> None:
         self.access = access
         self.label = label
+        self.kernel = kernel  # its name when several kernels run at once: every row and orphan carries it
+        self.host = host  # the Target whose sandbox and mock this one joins
+        self._key = key
         self.launch: Launch | None = None
         self.owned = access.launch is not None
         self.socket = ""  # the address as messages name it
@@ -169,6 +191,8 @@ class Target:
             self.meta = s.meta()
         if self.label:
             self.meta["label"] = self.label
+        if self.kernel:
+            self.meta["kernel"] = self.kernel
         self.meta["contract"] = self.contract.to_json()
         self._prepared = True
 
@@ -207,14 +231,19 @@ class Target:
         if a.launch is not None:
             # assigned before it starts: a launch that fails half-way still
             # has a sandbox dir whose logs the run keeps and then removes
-            L = self.launch = Launch(a.launch)
+            host = None
+            if self.host is not None:
+                assert self.host.launch is not None, "the host kernel is entered first"
+                host = self.host.launch
+            L = self.launch = Launch(a.launch, host=host, key=self._key)
             L.results, L.label = self.results, self.label
             await self._stack.enter_async_context(L)
             self.mock_address = f"unix:{L.mock_socket}"
             self.address, self._dialer = L.address, L.dialer
             self.socket, self.token = str(L.address), L.token
             self.target_pid = L.target_proc.pid if L.target_proc else None
-            self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir else None
+            # the shared mock's log is kept once, with the kernel that started it
+            self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir and host is None else None
             self.meta = {
                 "name": L.spec.name, "argv": redact(L.argv, L.secrets), "bin": str(L.bin_path), "bin_sha256": L.bin_sha256,
                 "namespace": L.sandbox.name, "mechanism": L.sandbox.mechanism, "sandbox_dir": str(L.run_dir), "launched": True,
@@ -224,6 +253,8 @@ class Target:
             }
             if self.label:
                 self.meta["label"] = self.label
+            if self.kernel:
+                self.meta["kernel"] = self.kernel
             self.meta["contract"] = self.contract.to_json()
         elif self._sandbox is not None and self._sandbox.status == "target_died":
             raise TargetError(
@@ -273,13 +304,14 @@ class Target:
         has exited (the mock first: a dead mock makes the kernel fail too)."""
         if self.launch is not None:
             L = self.launch
-            if L.mock_proc is not None and L.mock_proc.returncode is not None:
-                raise MockDied(f"the mock LLM died during the run ({exit_status(L.mock_proc.returncode)}); its stderr:\n{tail(L.logs / 'mock.err') or '(empty)'}")
+            mock = L.mock_process
+            if mock is not None and mock.returncode is not None:
+                raise MockDied(f"the mock LLM died during the run ({exit_status(mock.returncode)}); its stderr:\n{tail((L.host or L).logs / 'mock.err') or '(empty)'}")
             if L.connector_proc is not None and L.connector_proc.returncode is not None:
                 raise ConnectorGone(f"the sandbox's connector died during the run ({exit_status(L.connector_proc.returncode)}); its stderr:\n{tail(L.logs / 'connector.err') or '(empty)'}")
             if L.target_proc is not None and L.target_proc.returncode is not None:
                 raise TargetDied(
-                    f"target {L.spec.name} died during the run ({exit_status(L.target_proc.returncode)}); the tail of its stderr:\n"
+                    f"target {self.kernel or L.spec.name} died during the run ({exit_status(L.target_proc.returncode)}); the tail of its stderr:\n"
                     f"{tail(L.logs / 'target.err') or '(empty)'}"
                 )
             return

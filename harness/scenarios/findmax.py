@@ -35,9 +35,10 @@ from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header
 from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario
 from ..shapes import DURATION_HELP, duration_parser
-from ..sut import Access, Target
+from ..kernels import check_split
+from ..sut import Access, kernel_targets
 from ..thresholds import evaluate, parse_thresholds
-from .common import failure_counts, level_stats
+from .common import failure_counts, kernel_sections, kernel_summaries, level_stats
 from .stress import ARRIVALS, DEFAULT_MIX, MIX_HELP, StressSettings, _Load, parse_mix
 
 # what a kernel at capacity answers: the search expects these at the stage that breaks
@@ -131,14 +132,22 @@ async def _queue_watch(client: KernelClient, into: dict[str, Any], stop: asyncio
 
 
 async def run_findmax(settings: FindmaxSettings, access: Access) -> RunResult:
-    target = Target(access)
-    target.prepare()
+    targets = kernel_targets(access)  # one, or several kernels at once: each stage's load split by weight
+    for t in targets:
+        t.prepare()
+    target = targets[0]
+    many = len(targets) > 1
+    weights = access.weights if many else ()
     levels = settings.levels()
+    if many and not settings.rate:
+        check_split("connections", int(levels[0]), weights, access.names, "--start")
     slos = parse_thresholds(settings.slos, "--slo")
     unbounded = not latency_bounded(settings.slos)
 
     async def body(run: Run) -> None:
         stage_extras: list[dict[str, Any]] = run.extras.setdefault("stages", [])
+        for k, w in zip(run.extras.get("kernels") or (), weights):
+            k["weight"] = w
         stats_client: KernelClient | None = None
         if target.contract.stats:
             try:
@@ -149,7 +158,7 @@ async def run_findmax(settings: FindmaxSettings, access: Access) -> RunResult:
         try:
             for i, level in enumerate(levels, 1):
                 run.check_alive()
-                load = _Load(settings.stage_settings(level, i), target, run)
+                load = _Load(settings.stage_settings(level, i), target, run, targets, weights)
                 load.extra_labels = {"stage": i, "level": level}
                 info: dict[str, Any] = {"stage": i, "level": level, "t_start_rel": round(time.monotonic() - run.t0, 4)}
                 stage_extras.append(info)
@@ -181,7 +190,7 @@ async def run_findmax(settings: FindmaxSettings, access: Access) -> RunResult:
             if stats_client is not None:
                 await stats_client.aclose()
 
-    return await run_scenario(SCENARIO, settings, [target], body, total=None)
+    return await run_scenario(SCENARIO, settings, targets, body, total=None)
 
 
 async def _counters(client: KernelClient | None) -> int | None:
@@ -278,7 +287,11 @@ def summarize_findmax(rows: list[dict[str, Any]], settings: dict[str, Any], extr
             wrong[k] = wrong.get(k, 0) + v
             examples.setdefault(k, h["wrong_examples"].get(k, k))
     failures, _ = failure_counts(loads)
+    kernels = kernel_summaries(loads, extras) if extras.get("kernels") else None
+    for k in kernels or ():
+        k["wrong"] = {n: c for n, c in k["failures"].items() if n not in LOAD_SHEDDING}
     return {
+        "kernels": kernels,
         "unit": "inputs/s" if settings.get("rate") else "connections",
         "max_level": max_level,
         "stop_reason": reason,
@@ -307,10 +320,14 @@ def _levels(settings: dict[str, Any]) -> list[float]:
 def findmax_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
     wrong = s.get("wrong") or {}
     detail = "none" if not wrong else "; ".join(f"{k} x{v}: `{(s.get('wrong_examples') or {}).get(k, k)}`" for k, v in wrong.items())
-    return [
+    checks = [
         Check("every turn was right or shed for load (busy, timeout)", s["attempted"] > 0 and not wrong,
               f"{s['passed']}/{s['attempted']} passed; wrong answers: {detail}"),
     ]
+    for k in s.get("kernels") or ():  # several kernels: which one answered wrong
+        checks.append(Check(f"every turn to {k['name']} was right or shed for load", k["attempted"] > 0 and not k["wrong"],
+                            f"{k['passed']}/{k['attempted']} passed" + (f"; wrong answers: {k['wrong']}" if k["wrong"] else "")))
+    return checks
 
 
 STOP_WORDS = {
@@ -342,6 +359,7 @@ def render_findmax(doc: dict[str, Any], s: dict[str, Any]) -> str:
         extra.append(f"throughput flat while latency climbed from {s['saturated_at']:g} {unit}")
     if extra:
         out += ["; ".join(extra).capitalize() + ".", ""]
+    out += kernel_sections(s)[0]
     out += ["## Stages", "", f"| stage | level ({unit}) | attempted | pass rate | p50 | p95 | p99 | throughput | kernel queue peak | errors | held |",
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for h in stages:
@@ -363,4 +381,5 @@ SCENARIO = Scenario(
     summarize=summarize_findmax,
     checks=findmax_checks,
     render=render_findmax,
+    kernels=True,
 )

@@ -42,9 +42,10 @@ from ..results import Check
 from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..stats import summarize
 from ..thresholds import LATENCY_PS, latency_by_marker, throughput_windows
+from ..kernels import check_split, schedule, split
 from ..shapes import DURATION_HELP, Ramp, duration_parser, follow_level, parse_stages
-from ..sut import Access, Target
-from .common import failure_counts
+from ..sut import Access, Target, kernel_targets
+from .common import failure_counts, kernel_checks, kernel_sections, kernel_summaries
 from .stress import check_shape, parse_mix, stage_section, stage_table
 
 DEFAULT_MIX = "text:3,!batch2:1"
@@ -125,8 +126,18 @@ def _tree_rss(pid: int | None) -> float | None:
 
 
 async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
-    target = Target(access)
-    target.prepare()
+    targets = kernel_targets(access)  # one, or several kernels at once: sessions go to them by weight
+    for t in targets:
+        t.prepare()
+    target = targets[0]
+    many = len(targets) > 1
+    if many:
+        check_split("sessions", settings.sessions, access.weights, access.names, "--sessions")
+        session_kernel = schedule(settings.sessions, access.weights)
+        # each kernel its own connections, its share of --conns (at least one)
+        kernel_conns = [max(1, n) for n in split(settings.connections, access.weights)]
+    else:
+        session_kernel, kernel_conns = [0] * settings.sessions, [settings.connections]
     run_tag = "r" + os.urandom(3).hex()
     mix = parse_mix(settings.mix)
     markers = [m for m, _ in mix]
@@ -135,9 +146,16 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
     async def body(run: Run) -> None:
         if not target.contract.sessions:
             run.extras.setdefault("skipped", []).append({"check": "every session kept its own history", "why": "the contract says sessions=false"})
-        conns: list[KernelClient | None] = [None] * settings.connections
+        # kernel i's connections are conns[base[i] : base[i] + kernel_conns[i]]
+        base = [sum(kernel_conns[:i]) for i in range(len(targets))]
+        conns: list[KernelClient | None] = [None] * sum(kernel_conns)
+        conn_target = [targets[i] for i, n in enumerate(kernel_conns) for _ in range(n)]
         locks = [asyncio.Lock() for _ in conns]
-        run.extras["memory"] = {"rss_before_mb": _tree_rss(target.target_pid)}
+        per_kernel = run.extras.get("kernels") or []
+        for i, k in enumerate(per_kernel):
+            k.update(weight=access.weights[i], conns=kernel_conns[i], sessions=session_kernel.count(i), memory={"rss_before_mb": _tree_rss(targets[i].target_pid)})
+        if not many:
+            run.extras["memory"] = {"rss_before_mb": _tree_rss(target.target_pid)}
 
         async def connection(k: int) -> KernelClient | None:
             async with locks[k]:  # sessions share it: one connects, the others wait
@@ -148,7 +166,7 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
                     await c.aclose()
                     run.extras["reconnects"] = run.extras.get("reconnects", 0) + 1
                 try:
-                    conns[k] = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
+                    conns[k] = await conn_target[k].client(connect_timeout_s=settings.connect_timeout_s).connect()
                 except ConnError:
                     conns[k] = None
                     raise
@@ -162,13 +180,18 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
             part = f"{k:04d}"
             sid = f"s{part}"  # the session field; the nonce spells it _s<part>_t<turn>
             rng = random.Random(settings.seed * 100_003 + k)
+            # a timed run starts sessions past --sessions: they follow the same kernel pattern, cycled
+            n = len(session_kernel)
+            ki = session_kernel[k % n]
+            local = (k // n) * session_kernel.count(ki) + session_kernel[: k % n].count(ki)
+            target = targets[ki]  # the session's kernel, and (local) its index among that kernel's
             for t in range(1, settings.turns + 1):
                 if keep_going is not None and not keep_going():
                     return  # the time ended: a session cut short, not failed
                 run.check_alive()
                 marker = rng.choices(markers, weights)[0]
                 marker = "" if marker == "text" else marker
-                ci = (k + (t - 1 if settings.reconnect else 0)) % len(conns)
+                ci = base[ki] + (local + (t - 1 if settings.reconnect else 0)) % kernel_conns[ki]
                 labels: dict[str, Any] = dict(kind="session", session=sid, turn=t, conn=ci)
                 if warm_until is not None and time.monotonic() < warm_until:
                     labels["warmup"] = True
@@ -206,12 +229,16 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
                     for k in range(settings.sessions):
                         tg.create_task(session(k))
         finally:
-            run.extras["memory"]["rss_after_mb"] = _tree_rss(target.target_pid)
+            if many:
+                for i, k in enumerate(per_kernel):
+                    k["memory"]["rss_after_mb"] = _tree_rss(targets[i].target_pid)
+            else:
+                run.extras["memory"]["rss_after_mb"] = _tree_rss(target.target_pid)
             for c in conns:
                 if c is not None:
                     await c.aclose()
 
-    return await run_scenario(SCENARIO, settings, [target], body, total=None if settings.timed else settings.sessions * settings.turns)
+    return await run_scenario(SCENARIO, settings, targets, body, total=None if settings.timed else settings.sessions * settings.turns)
 
 
 def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
@@ -259,6 +286,7 @@ def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], ext
             "kb_per_session": round(growth * 1024 / len(complete), 2) if growth is not None and complete else None,
         },
         "reconnects": extras.get("reconnects", 0),
+        **({"kernels": [{**k, "memory": e.get("memory")} for k, e in zip(kernel_summaries(turns, extras), extras["kernels"])]} if extras.get("kernels") else {}),
     }
 
 
@@ -275,7 +303,7 @@ def sessions_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
         Check(f"every session ran its {settings.get('turns')} turns", sess["complete"] == want and sess["complete"] > 0,
               f"{sess['complete']}/{want} complete" + (f" ({sess['cut']} more cut short by the end of the run)" if timed and sess.get("cut") else "")),
     ]
-    return checks
+    return checks + kernel_checks(s, "turn")
 
 
 def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
@@ -298,6 +326,8 @@ def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
         f"| {s.get('attempted')} | {s.get('passed')} | {fmt_pct(s.get('pass_rate'))} | {(s.get('sessions') or {}).get('complete')}/{(s.get('sessions') or {}).get('started')} | {s.get('history_failures')} |",
         "",
     ]
+    by_kernel, kernel_latency = kernel_sections(s)
+    out += by_kernel
     w = s.get("warmup")
     if w:
         out += [f"Warm-up: the first {fmt_num(st.get('warmup_s'), '{:g} s')}, {w['passed']}/{w['attempted']} turns passed; kept out of every statistic below.", ""]
@@ -308,6 +338,8 @@ def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
         ex = s.get("failure_examples") or {}
         out += ["| failure | count | first seen as |", "|---|---:|---|"]
         out += [f"| {k} | {v} | `{ex.get(k, k)}` |" for k, v in s["failures"].items()] + [""]
+    if kernel_latency:
+        out += ["## Latency by kernel (passed turns)", ""] + kernel_latency
     out += latency_by_marker_section(s)
     out += ["## Latency by turn index (passed turns)", "", "| turn | attempted | passed | p50 | p95 | mean |", "|---:|---:|---:|---:|---:|---:|"]
     for r in s.get("by_turn") or ():
@@ -346,4 +378,5 @@ SCENARIO = Scenario(
     checks=sessions_all_checks,
     render=render_sessions,
     to_json=_settings_json,
+    kernels=True,
 )

@@ -33,9 +33,10 @@ from ..runner import Run, RunResult, Scenario, run_scenario
 from ..sampler import Sampler
 from ..stats import summarize
 from ..thresholds import LATENCY_PS, latency_by_marker, span_s, throughput_windows
+from ..kernels import check_split, schedule
 from ..shapes import DURATION_HELP, MAX_RUN_S, Ramp, arrival_offsets, duration_parser, follow_level, parse_stages
-from ..sut import Access, Target
-from .common import failure_counts, level_stats
+from ..sut import Access, Target, kernel_targets
+from .common import failure_counts, kernel_checks, kernel_sections, kernel_summaries, level_stats
 
 DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
 MAX_INPUTS = 1_000_000
@@ -168,10 +169,15 @@ class StressSettings:
 
 
 class _Load:
-    def __init__(self, s: StressSettings, target: Target, run: Run) -> None:
+    def __init__(self, s: StressSettings, target: Target, run: Run, targets: list[Target] | None = None, weights: tuple[float, ...] = ()) -> None:
         self.s = s
         self.target = target
         self.run = run
+        # several kernels at once: connections (closed model) or inputs (open
+        # model) go to the kernels by weight (harness/kernels.py)
+        self.targets = targets or [target]
+        self.weights = weights or (1.0,) * len(self.targets)
+        self.conn_kernel = schedule(s.conns, self.weights) if len(self.targets) > 1 else [0] * s.conns
         self.mix = parse_mix(s.mix)
         self.markers = [m for m, _ in self.mix]
         # cumulative once: choices() with plain weights re-accumulates them per call
@@ -222,16 +228,16 @@ class _Load:
             out["stage"] = next((i for i, end in enumerate(self.stage_ends, 1) if at - self.t0 < end), len(self.stage_ends))
         return out
 
-    async def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load") -> None:
+    async def record_conn_failure(self, marker: str, conn: int, seq: int, err: ConnError, kind: str = "load", target: Target | None = None) -> None:
         if err.kind == "capacity":
             self.capacity_errors[err.detail or "capacity"] += 1
-        await self.run.record_failure(marker, err, self.target, kind=kind, conn=conn, seq=seq)
+        await self.run.record_failure(marker, err, target or self.target, kind=kind, conn=conn, seq=seq)
 
-    async def connect(self) -> KernelClient:
-        c = self.target.client(connect_timeout_s=self.s.connect_timeout_s)
+    async def connect(self, target: Target | None = None) -> KernelClient:
+        c = (target or self.target).client(connect_timeout_s=self.s.connect_timeout_s)
         return await c.connect()
 
-    async def ready(self, client: KernelClient | None, marker: str, conn: int, seq: int) -> KernelClient | None:
+    async def ready(self, client: KernelClient | None, marker: str, conn: int, seq: int, target: Target | None = None) -> KernelClient | None:
         """A connected client for the next input: reconnect after a lost
         connection; None (and the input recorded as failed) when that fails."""
         if client is not None and client.connected:
@@ -240,9 +246,9 @@ class _Load:
             await client.aclose()
             self.reconnects += 1
         try:
-            return await self.connect()
+            return await self.connect(target)
         except ConnError as exc:
-            await self.record_conn_failure(marker, conn, seq, exc)
+            await self.record_conn_failure(marker, conn, seq, exc, target=target)
             return None
 
     async def closed_conn(self, conn: int, keep_going: Callable[[], bool] | None = None) -> None:
@@ -250,6 +256,7 @@ class _Load:
         — its count of inputs, or until the time ends (or a falling ramp
         sends it away: ``keep_going``)."""
         client: KernelClient | None = None
+        target = self.targets[self.conn_kernel[conn % len(self.conn_kernel)]]  # a ramp's workers past --conns cycle over the kernels
         try:
             seq = 0
             while self.s.per_conn is None or seq < self.s.per_conn:
@@ -258,10 +265,10 @@ class _Load:
                 self.run.check_alive()
                 marker = self.pick()
                 at = time.monotonic()
-                client = await self.ready(client, marker, conn, seq)
+                client = await self.ready(client, marker, conn, seq, target)
                 if client is not None:
                     turn = await client.turn(marker, self.s.timeout_s)
-                    await self.run.record(turn, self.target, kind="load", conn=conn, seq=seq, **self.labels(at))
+                    await self.run.record(turn, target, kind="load", conn=conn, seq=seq, **self.labels(at))
                 seq += 1
         finally:
             if client is not None:
@@ -280,23 +287,29 @@ class _Load:
         """Inputs scheduled by the rate (constant, or a Poisson process; along
         the stages' ramp) and handed to an idle connection of a pool of
         --conns; latency also counts from the scheduled time."""
-        pool: asyncio.Queue[KernelClient | None] = asyncio.Queue()
-        for _ in range(self.s.conns):
-            pool.put_nowait(None)
+        # one pool of idle connections per kernel, its share of --conns
+        pools: list[asyncio.Queue[KernelClient | None]] = [asyncio.Queue() for _ in self.targets]
+        for k in self.conn_kernel:
+            pools[k].put_nowait(None)
         # a run counted in inputs: the constant rate for as long as they take
         ramp = self.ramp or Ramp.constant(self.s.rate or 1.0, MAX_RUN_S)
+        # which kernel each input goes to: by weight, interleaved; a period of the schedule, cycled (a timed run has no count)
+        period = min(self.cap, max(1_000, self.s.conns))
+        input_kernel = schedule(period, self.weights) if len(self.targets) > 1 else None
 
         async def one(i: int, scheduled: float) -> None:
+            k = input_kernel[i % len(input_kernel)] if input_kernel is not None else 0
+            pool, target = pools[k], self.targets[k]
             client = await pool.get()
             marker = self.pick()
             try:
-                client = await self.ready(client, marker, i % self.s.conns, i)
+                client = await self.ready(client, marker, i % self.s.conns, i, target)
                 if client is None:
                     return
                 turn = await client.send(marker, timeout_s=self.s.timeout_s)
                 turn.t_scheduled = scheduled
                 turn = await client.collect(turn, self.s.timeout_s)
-                await self.run.record(turn, self.target, kind="load", conn=i % self.s.conns, seq=i, **self.labels(scheduled))
+                await self.run.record(turn, target, kind="load", conn=i % self.s.conns, seq=i, **self.labels(scheduled))
             finally:
                 pool.put_nowait(client)
 
@@ -312,15 +325,16 @@ class _Load:
                     self.sent += 1
                     tg.create_task(one(i, scheduled))
         finally:
-            while not pool.empty():
-                c = pool.get_nowait()
-                if c is not None:
-                    await c.aclose()
+            for pool in pools:
+                while not pool.empty():
+                    c = pool.get_nowait()
+                    if c is not None:
+                        await c.aclose()
 
     async def interrupts(self, stop: asyncio.Event) -> None:
         """Priority inputs at a fixed rate on their own connection until the load ends."""
         interval = 1.0 / self.s.interrupts
-        client: KernelClient | None = None
+        clients: dict[int, KernelClient] = {}  # several kernels: the interrupts go round them in turn
         seq = 0
         next_at = time.monotonic()
         try:
@@ -331,33 +345,38 @@ class _Load:
                 except asyncio.TimeoutError:
                     pass
                 next_at += interval
+                k = seq % len(self.targets)
+                target, client = self.targets[k], clients.get(k)
                 if client is None or not client.connected:
                     try:
-                        client = await self.connect()
+                        client = clients[k] = await self.connect(target)
                     except ConnError as exc:
-                        await self.record_conn_failure(self.s.interrupt_marker, -1, seq, exc, kind="interrupt")
+                        await self.record_conn_failure(self.s.interrupt_marker, -1, seq, exc, kind="interrupt", target=target)
                         seq += 1
                         continue
                 turn = await client.turn(self.s.interrupt_marker, self.s.timeout_s, interrupt=True)
-                await self.run.record(turn, self.target, kind="interrupt", conn=-1, seq=seq)
+                await self.run.record(turn, target, kind="interrupt", conn=-1, seq=seq)
                 seq += 1
         finally:
-            if client is not None:
+            for client in clients.values():
                 await client.aclose()
 
-    async def dedup_probe(self) -> dict[str, Any]:
+    async def dedup_probe(self, target: Target | None = None) -> dict[str, Any]:
         """Send one input twice, identical: a kernel with a replay guard must
         drop the second (`duplicate: true`)."""
+        target = target or self.target
         try:
-            async with self.target.client(connect_timeout_s=self.s.connect_timeout_s) as c:
+            async with target.client(connect_timeout_s=self.s.connect_timeout_s) as c:
                 first = await c.turn("", self.s.timeout_s, nonce=new_nonce("dup"))
                 second = await c.turn(first.text, self.s.timeout_s, raw=True, nonce=first.nonce + "r")
         except ConnError as exc:
             return {"ok": False, "detail": f"could not connect: {exc}"}
-        v1, v2 = await self.target.verdict(first), await self.target.verdict(second, expect_duplicate=True)
+        v1, v2 = await target.verdict(first), await target.verdict(second, expect_duplicate=True)
         for k, (turn, v) in enumerate(((first, v1), (second, v2))):
             row = v.to_json()
             row.update(kind="probe", conn=-2, seq=k, t_rel=round(turn.t_sent - self.run.t0, 4), duplicate=turn.duplicate)
+            if target.kernel:
+                row["kernel"] = target.kernel
             self.run.dir.turn(row)
             self.run.rows.append(row)
         if not v1.passed:
@@ -402,10 +421,7 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
         "scheduled_latency_s": _pcts(sched) if sched else None,
         "throughput_per_s": round(sum(1 for r in stat_rows if r.get("passed")) / duration, 2) if duration > 0 else None,
         "duration_s": round(duration, 3),
-        "kernel": {k: kstats.get(k) for k in ("executed", "rejected", "suspended", "resumed", "preempted", "duplicates", "peak_queued", "children", "llm_state") if k in kstats},
-        # 0 is a peak too: only a missing value is skipped
-        "peak_queue": max((v for v in (kstats.get("peak_queued"), res.get("peak_queued")) if v is not None), default=None),
-        "resources": {k: res.get(k) for k in ("peak_rss_mb", "peak_cpu_pct", "mean_cpu_pct", "peak_threads", "peak_fds", "peak_children", "samples", "sampler_cpu_s") if k in res},
+        **_counters(kstats, res),
         "reconnects": extras.get("reconnects", 0),
         "capacity_errors": extras.get("capacity_errors", {}),
         "dedup_probe": extras.get("dedup_probe"),
@@ -413,6 +429,19 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
         "warmup": warmup_summary(warm) if warm or (settings or {}).get("warmup_s") else None,
         "stages": stage_table(every, settings or {}, extras),
         "orphans": extras.get("orphans"),
+        **({"kernels": [{**k, **_counters(e.get("kernel_stats") or {}, e.get("resources") or {})}
+                        for k, e in zip(kernel_summaries(inputs, extras), extras["kernels"])]} if extras.get("kernels") else {}),
+    }
+
+
+def _counters(kstats: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+    """The kernel's counters, queue peak and resources a summary shows (the
+    whole run's, or one kernel's of several)."""
+    return {
+        "kernel": {k: kstats.get(k) for k in ("executed", "rejected", "suspended", "resumed", "preempted", "duplicates", "peak_queued", "children", "llm_state") if k in kstats},
+        # 0 is a peak too: only a missing value is skipped
+        "peak_queue": max((v for v in (kstats.get("peak_queued"), res.get("peak_queued")) if v is not None), default=None),
+        "resources": {k: res.get(k) for k in ("peak_rss_mb", "peak_cpu_pct", "mean_cpu_pct", "peak_threads", "peak_fds", "peak_children", "samples", "sampler_cpu_s") if k in res},
     }
 
 
@@ -478,6 +507,7 @@ def stress_checks(summary: dict[str, Any], settings: dict[str, Any] | None = Non
             + (f"; warm-up {warm['passed']}/{warm['attempted']} passed" + (f", failures: {warm['failures']}" if warm["failures"] else "") if warm["attempted"] else ""),
         )
     ]
+    checks += kernel_checks(summary)
     probe = summary.get("dedup_probe")
     if probe is not None:
         checks.append(Check("replay guard drops an identical input", bool(probe.get("ok")), probe.get("detail", "")))
@@ -485,32 +515,43 @@ def stress_checks(summary: dict[str, Any], settings: dict[str, Any] | None = Non
 
 
 async def run_stress(settings: StressSettings, access: Access) -> RunResult:
-    target = Target(access)
-    target.prepare()
-    contract = target.contract
-    if settings.interrupts > 0 and not contract.interrupts:
-        raise UsageError(f"--interrupts {settings.interrupts:g}: the kernel's contract says interrupts=false; drop --interrupts, or declare --contract interrupts=true")
+    targets = kernel_targets(access)  # one, or several kernels at once (--launch with --bin/--target repeated)
+    target = targets[0]
+    many = len(targets) > 1
+    for t in targets:
+        t.prepare()
+        if settings.interrupts > 0 and not t.contract.interrupts:
+            of = f" of {t.kernel}" if many else ""
+            raise UsageError(f"--interrupts {settings.interrupts:g}: the kernel's contract{of} says interrupts=false; drop --interrupts, or declare --contract interrupts=true")
+    weights = access.weights if many else ()
+    shares = check_split("connections", settings.conns, weights, access.names, "--conns") if many else [settings.conns]
 
     async def body(run: Run) -> None:
-        load = _Load(settings, target, run)
+        load = _Load(settings, target, run, targets, weights)
         extras = run.extras
+        per_kernel = extras.get("kernels") or [{} for _ in targets]  # several kernels: what each one measured beside its turns
+        for k, w, n in zip(per_kernel, weights, shares):
+            k.update(weight=w, conns=n)
         skipped = extras.setdefault("skipped", [])
-        stats_client: KernelClient | None = None
-        sampler = None
+        stats_clients: list[KernelClient | None] = [None] * len(targets)
+        samplers: list[Sampler | None] = [None] * len(targets)
         try:
-            if contract.stats:
-                try:
-                    stats_client = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
-                except ConnError:
-                    stats_client = None
-            else:
-                skipped.append({"check": "kernel counters (stats frame)", "why": "the contract says stats=false"})
-            if target.target_pid is not None:
-                sampler = Sampler(target.target_pid, run.dir.resources_path, settings.sample_interval_s, stats_client.stats if stats_client else None)
-                if sampler.preflight() is None:
-                    await sampler.start()
+            for i, t in enumerate(targets):
+                of = f" of {t.kernel}" if many else ""
+                if t.contract.stats:
+                    try:
+                        stats_clients[i] = await t.client(connect_timeout_s=settings.connect_timeout_s).connect()
+                    except ConnError:
+                        stats_clients[i] = None
                 else:
-                    sampler = None
+                    skipped.append({"check": f"kernel counters (stats frame){of}", "why": "the contract says stats=false"})
+                if t.target_pid is not None:
+                    path = run.dir.path / f"resources-{t.kernel}.jsonl" if many else run.dir.resources_path
+                    sc = stats_clients[i]
+                    sampler = Sampler(t.target_pid, path, settings.sample_interval_s, sc.stats if sc else None)
+                    if sampler.preflight() is None:
+                        await sampler.start()
+                        samplers[i] = sampler
             stop = asyncio.Event()
             try:
                 # one connection's fatal error (the target died) cancels and
@@ -530,25 +571,46 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
                 extras["reconnects"] = load.reconnects
                 extras["capacity_errors"] = dict(load.capacity_errors)
             run.check_alive()
-            if settings.dedup_probe and contract.dedup:
-                extras["dedup_probe"] = await load.dedup_probe()
-            elif settings.dedup_probe:
-                skipped.append({"check": "replay guard drops an identical input", "why": "the contract says dedup=false (the kernel declares no replay guard)"})
+            probes = []
+            for t, k in zip(targets, per_kernel):
+                if settings.dedup_probe and t.contract.dedup:
+                    probe = await load.dedup_probe(t)
+                    probes.append((t, probe))
+                    k["dedup_probe"] = probe
+                elif settings.dedup_probe:
+                    of = f" ({t.kernel})" if many else ""
+                    skipped.append({"check": f"replay guard drops an identical input{of}", "why": "the contract says dedup=false (the kernel declares no replay guard)"})
+            if probes and not many:
+                extras["dedup_probe"] = probes[0][1]
+            elif probes:
+                bad = [(t, p) for t, p in probes if not p.get("ok")]
+                extras["dedup_probe"] = {"ok": not bad, "detail": "; ".join(f"{t.kernel}: {p.get('detail')}" for t, p in (bad or probes))}
             if not skipped:
                 del extras["skipped"]
-            if stats_client is not None:
-                try:
-                    extras["kernel_stats"] = await stats_client.stats()
-                except ConnError:
-                    pass
+            for i, sc in enumerate(stats_clients):
+                if sc is not None:
+                    try:
+                        got = await sc.stats()
+                    except ConnError:
+                        continue
+                    if many:
+                        per_kernel[i]["kernel_stats"] = got
+                    else:
+                        extras["kernel_stats"] = got
         finally:
-            if sampler is not None:
-                extras["resources"] = (await sampler.stop()).to_json()
-            if stats_client is not None:
-                await stats_client.aclose()
+            for i, sampler in enumerate(samplers):
+                if sampler is not None:
+                    got = (await sampler.stop()).to_json()
+                    if many:
+                        per_kernel[i]["resources"] = got
+                    else:
+                        extras["resources"] = got
+            for sc in stats_clients:
+                if sc is not None:
+                    await sc.aclose()
         run.check_alive()
 
-    return await run_scenario(SCENARIO, settings, [target], body, total=None if settings.timed else settings.total_cap)
+    return await run_scenario(SCENARIO, settings, targets, body, total=None if settings.timed else settings.total_cap)
 
 
 def summarize_run(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
@@ -598,6 +660,8 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
         f"| {s.get('attempted')} | {s.get('passed')} | {fmt_pct(s.get('pass_rate'))} | {fmt_num(s.get('throughput_per_s'), '{:.1f}/s')} |",
         "",
     ]
+    by_kernel, kernel_latency = kernel_sections(s)
+    out += by_kernel
     if s.get("failures"):
         ex = s.get("failure_examples") or {}
         out += ["| failure | count | first seen as |", "|---|---:|---|"]
@@ -608,6 +672,8 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
         if p:
             out.append(f"| {name} | {p.get('n')} | " + " | ".join(fmt_ms(p.get(k)) for k in ("p50", "p90", "p95", "p99", "max", "mean")) + " |")
     out.append("")
+    if kernel_latency:
+        out += ["Done (from send), by kernel:", ""] + kernel_latency
     out += latency_by_marker_section(s)
     an = s.get("anatomy") or {}
     if an:
@@ -618,17 +684,21 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
             cells = " | ".join(f"{fmt_ms(a[k]['p50'])} / {fmt_ms(a[k]['p95'])}" for k in ANATOMY_PARTS)
             out.append(f"| `{m}` | {a['n']} | {cells} |")
         out += ["", "Kernel overhead = turn − LLM − tools; before + LLM + between + after = the turn (docs/metrics.md).", ""]
-    k = s.get("kernel") or {}
-    if k:
-        out += ["## Kernel counters", "", "| " + " | ".join(k) + " |", "|" + "---:|" * len(k), "| " + " | ".join(str(v) for v in k.values()) + " |", ""]
-    r = s.get("resources") or {}
-    if r:
+    # several kernels: one row (one line) each, named
+    for name, ks in ([(kk["name"], kk) for kk in s.get("kernels") or ()] or [(None, s)]):
+        k = ks.get("kernel") or {}
+        if k:
+            out += [f"## Kernel counters{f' ({name})' if name else ''}", "", "| " + " | ".join(k) + " |", "|" + "---:|" * len(k), "| " + " | ".join(str(v) for v in k.values()) + " |", ""]
+    for name, ks in ([(kk["name"], kk) for kk in s.get("kernels") or ()] or [(None, s)]):
+        r = ks.get("resources") or {}
+        if not r:
+            continue
         out += [
-            "## Resources (target process tree)",
+            f"## Resources ({f'{name}, its' if name else 'target'} process tree)",
             "",
             f"peak RSS {fmt_num(r.get('peak_rss_mb'), '{:.1f} MB')}, peak CPU {fmt_num(r.get('peak_cpu_pct'), '{:.0f}%')} "
             f"(mean {fmt_num(r.get('mean_cpu_pct'), '{:.0f}%')}), peak threads {r.get('peak_threads')}, peak fds {r.get('peak_fds')}, "
-            f"peak children {r.get('peak_children')}, peak queue {s.get('peak_queue')}; {r.get('samples')} samples, "
+            f"peak children {r.get('peak_children')}, peak queue {ks.get('peak_queue')}; {r.get('samples')} samples, "
             f"sampler CPU {fmt_num(r.get('sampler_cpu_s'), '{:.3f} s')}",
             "",
         ]
@@ -646,4 +716,5 @@ SCENARIO = Scenario(
     summarize=summarize_run,
     checks=stress_checks,
     render=render_stress,
+    kernels=True,
 )

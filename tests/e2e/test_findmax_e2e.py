@@ -65,3 +65,14 @@ def test_no_level_holding_exits_99_and_bad_slos_exit_2(cli):
         bad = cli.run("findmax", "--launch", "--quiet", *argv, "--out", str(cli.out / "bad"))
         assert bad.returncode == 2 and words in bad.stderr, bad.stderr
     assert not (cli.out / "bad").exists()
+
+
+def test_two_kernels_at_once_only_the_faulty_one_fails_by_name(cli):
+    r = cli.run("findmax", "--launch", "--quiet", "--bin", "refkernel", "--bin", "refkernel --fault first-tool-only", "--start", "2", "--max", "2",
+                "--stage-duration", "1s", "--mix", "!batch4:1", "--slo", "p95<5s", "--out", str(cli.out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads((run_dir(r) / "run.json").read_text())
+    ks = {k["name"]: k for k in doc["summary"]["kernels"]}
+    assert ks["refkernel"]["wrong"] == {} and ks["refkernel"]["passed"] > 0 and set(ks["refkernel#2"]["wrong"]) == {"count"}
+    verdicts = {c["name"]: c["passed"] for c in doc["checks"]}
+    assert verdicts["every turn to refkernel was right or shed for load"] and not verdicts["every turn to refkernel#2 was right or shed for load"]

@@ -38,8 +38,9 @@ def test_stages_ramp_connections_and_warmup_is_verified_but_out_of_the_statistic
     # every input sent inside the stages, on at most 4 connections
     assert max(x["t_rel"] - t0 for x in rows) < 2.5 and len({x["conn"] for x in rows}) == 4
     assert [st["target"] for st in s["stages"]] == [4, 4, 1] and sum(st["attempted"] for st in s["stages"]) == s["attempted"]
-    # the middle stage held 4 connections: more throughput than the one ramping down to 1
-    assert s["stages"][1]["throughput_per_s"] > s["stages"][2]["throughput_per_s"]
+    # the ramp down sent connections away: near its end (level < 2) at most 2 still started turns
+    late = {x["conn"] for x in rows if x["t_rel"] - t0 >= 2.4}
+    assert len(late) <= 2, late
     report = (d / "report.md").read_text()
     assert "## Stages" in report and "Warm-up: the first 0.5 s" in report
     again = cli.run("report", str(d))
