@@ -207,12 +207,13 @@ class Forensics:
         nonce (``logs``: a target's label -> its mock log in the run dir), in
         one pass over each log and a rewrite of the file."""
         self.close()
-        entries = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
-        if not entries:
-            return
+        # entries stream through (a full file is up to NAMES_MAX x FAILURES_PER_NAME
+        # entries of TURN_CHARS): only their nonces are held
         wanted: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        for e in entries:
+        for e in read_entries_iter(self.path):
             wanted.setdefault(e.get("target", ""), {})[e["nonce"]] = []
+        if not wanted:
+            return
         for label, nonces in wanted.items():
             log = logs.get(label)
             if log is None or not log.exists():
@@ -221,18 +222,18 @@ class Forensics:
                 got = nonces[rec["nonce"]]
                 if len(got) < MOCK_REQUESTS_KEPT:
                     got.append(rec)
-        changed = False
-        for e in entries:
-            lines = wanted.get(e.get("target", ""), {}).get(e["nonce"])
-            if lines:
-                t0 = _t_sent(e)
-                e["mock_requests"] = [_log_record(r, t0) for r in lines]
-                e["mock_source"] = "log"
-                changed = True
-        if changed:
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(_dumps(e) + "\n" for e in entries))
-            tmp.replace(self.path)
+        if not any(any(v.values()) for v in wanted.values()):
+            return
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w") as out:
+            for e in read_entries_iter(self.path):
+                lines = wanted.get(e.get("target", ""), {}).get(e["nonce"])
+                if lines:
+                    t0 = _t_sent(e)
+                    e["mock_requests"] = [_log_record(r, t0) for r in lines]
+                    e["mock_source"] = "log"
+                out.write(_dumps(e) + "\n")
+        tmp.replace(self.path)
 
 
 def _t_sent(entry: dict[str, Any]) -> float | None:
@@ -268,17 +269,22 @@ def mock_lines(log: Path, nonces: Any) -> Iterable[dict[str, Any]]:
                 yield rec
 
 
-def read_entries(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / FILE
+def read_entries_iter(path: Path) -> Iterable[dict[str, Any]]:
+    """failures.jsonl's entries one by one; unreadable lines skipped."""
     if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+        return
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and "nonce" in e:
+                yield e
+
+
+def read_entries(run_dir: Path) -> list[dict[str, Any]]:
+    return list(read_entries_iter(run_dir / FILE))
 
 
 # --- `kstress show RUN NONCE` ------------------------------------------------------
@@ -308,7 +314,7 @@ def find_turn(run_dir: Path, nonce: str) -> tuple[dict[str, Any] | None, dict[st
         raise UsageError(f"{run_dir}: not a run directory (no turns.jsonl): pass a directory `kstress` wrote under runs/")
     if not nonce:
         raise UsageError(f"an empty nonce matches every turn: give one from {run_dir / 'turns.jsonl'} (field nonce)")
-    entries = [e for e in read_entries(run_dir) if str(e.get("nonce", "")).startswith(nonce)]
+    entries = [e for e in read_entries_iter(run_dir / FILE) if str(e.get("nonce", "")).startswith(nonce)]
     exact = [e for e in entries if e.get("nonce") == nonce]
     if exact or len({e.get("nonce") for e in entries}) == 1:
         e = (exact or entries)[0]
