@@ -527,6 +527,17 @@ def runs_cmd(root, limit, as_json) -> None:
         click.echo(table(runs))
 
 
+@cli.command("show")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("nonce")
+def show_cmd(run_dir, nonce) -> None:
+    """Print one turn's whole story: its row, frames, the mock's requests, the
+    verdict (NONCE: a turn's nonce from turns.jsonl, or a prefix matching one)."""
+    from .forensics import story
+
+    click.echo(story(run_dir, nonce), nl=False)
+
+
 def main() -> None:
     main_with(None, "kstress")
 

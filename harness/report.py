@@ -56,6 +56,7 @@ def checks_section(doc: dict[str, Any]) -> list[str]:
     for sk in (doc.get("extras") or {}).get("skipped") or ():
         out.append(f"- SKIPPED {sk.get('check')} — {sk.get('why')}")
     out.append("")
+    out += failure_examples_section(doc)
     thresholds = (doc.get("summary") or {}).get("thresholds") or ()
     if thresholds:
         from .thresholds import fmt_value
@@ -65,6 +66,28 @@ def checks_section(doc: dict[str, Any]) -> list[str]:
             out.append(f"| `{t['expr']}` | {fmt_value(t['expr'], t.get('value'))} | {'PASS' if t['passed'] else '**FAIL**'} | {t.get('detail') or ''} |")
         failed = sum(not t["passed"] for t in thresholds)
         out += ["", f"{failed} of {len(thresholds)} thresholds failed: exit code 99." if failed else f"All {len(thresholds)} thresholds held.", ""]
+    return out
+
+
+def failure_examples_section(doc: dict[str, Any]) -> list[str]:
+    """One failed turn per failure name (run.json extras.failure_examples,
+    harness/forensics.py): what was expected, what came, and the nonce whose
+    whole story `kstress show RUN NONCE` prints from failures.jsonl."""
+    fx = (doc.get("extras") or {}).get("failure_examples") or {}
+    examples = fx.get("examples") or {}
+    if not examples:
+        return []
+    out = ["## Failure examples", "", "One failed turn per failure name; `kstress show RUN NONCE` prints its frames, the mock's requests and the verdict.", ""]
+    kept, not_kept = fx.get("kept") or {}, fx.get("not_kept") or {}
+    for name, ex in examples.items():
+        counts = f"{kept.get(name, 0)} kept in failures.jsonl" + (f", {not_kept[name]} more not kept" if not_kept.get(name) else "")
+        out.append(f"- **{name}** (`{ex.get('nonce')}`, {counts}): {ex.get('failure')}")
+        out.append(f"  - expected: {ex.get('want')}")
+        out.append(f"  - came: {ex.get('came')}")
+    dropped = sorted(set(not_kept) - set(examples))
+    if dropped:
+        out.append(f"- not kept at all (over the limit of failure names): {', '.join(f'{n} ({not_kept[n]})' for n in dropped)}")
+    out.append("")
     return out
 
 

@@ -46,6 +46,7 @@ from .errors import (
     TargetError,
     UsageError,
 )
+from .forensics import Forensics, entry_of
 from .results import FLUSH_EVERY_S, Check, RunDir, host_meta
 from .stats import LogHistogram
 from .sut import Target
@@ -216,6 +217,7 @@ class Run:
         self.rows: Rows = []
         self.extras: dict[str, Any] = {}
         self.t0 = time.monotonic()
+        self.forensics = Forensics(rundir.path)
 
     async def record(self, turn: Turn, target: Target, /, *, progress: bool = True, **labels: Any) -> TurnVerdict:
         """Judge one turn against the target's plan, write its row, count it.
@@ -237,9 +239,24 @@ class Run:
         row.setdefault("t_rel", round(turn.t_sent - self.t0, 4))
         self.dir.turn(row)
         self.rows.append(row)
+        if not v.passed and self.forensics.wants(row):
+            await self._keep_failure(turn, v, row, target)
         if progress:
             self.progress.add(v.passed, v.latency_s)
         return v
+
+    async def _keep_failure(self, turn: Turn, v: TurnVerdict, row: dict[str, Any], target: Target) -> None:
+        """failures.jsonl: the turn's story, for the first failures of each name (harness/forensics.py)."""
+        mock = await target.join.get(turn.nonce) if target.join is not None else None
+        self.forensics.add(entry_of(turn, v, row, mock, target.label))
+        self.extras["failure_examples"] = self.forensics.summary()
+
+    def close_forensics(self) -> None:
+        """After the mock logs are copied: their lines for each kept nonce join its entry."""
+        if self.forensics.bounds.skipped or self.forensics.examples:
+            self.extras["failure_examples"] = self.forensics.summary()
+        logs = {t.label: self.dir.path / mock_log_name(t.label) for t in self.targets}
+        self.forensics.join_mock_logs(logs)
 
     async def record_failure(self, marker: str, err: ConnError, target: Target, /, **labels: Any) -> TurnVerdict:
         """An input that could not be delivered: attempted, so it counts."""
@@ -310,7 +327,9 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
         error = error or first_error(exc)
     try:
         _keep_logs(rundir, targets)
+        run.close_forensics()
     finally:
+        run.forensics.close()
         rundir.close()
     result = _write(scenario, settings, targets, run, started, error)
     if isinstance(error, asyncio.CancelledError):
@@ -351,11 +370,14 @@ async def _flush_every(rundir: RunDir) -> None:
         rundir.flush()
 
 
+def mock_log_name(label: str) -> str:
+    return f"mock-{label}.jsonl" if label else "mock.jsonl"
+
+
 def _keep_logs(rundir: RunDir, targets: Sequence[Target]) -> None:
     for t in targets:
         if t.mock_log is not None:
-            name = f"mock-{t.label}.jsonl" if t.label else "mock.jsonl"
-            rundir.copy_mock_log(t.mock_log, t.mock_log_offset, name)
+            rundir.copy_mock_log(t.mock_log, t.mock_log_offset, mock_log_name(t.label))
         if t.launch is not None and t.launch.run_dir is not None:
             # the sandbox's own directory goes; its process logs stay with the results
             logs = rundir.path / (f"logs-{t.label}" if t.label else f"logs-{t.kernel}" if t.kernel else "logs")

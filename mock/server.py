@@ -337,6 +337,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         end = entry.get("tool_stream_end")
         tool_ms = None if end is None else int((ex.arrival - end) * 1000)
         sent, results = dialect.history(turn)
+        _log_history(rec, turn, sent, results)
         line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan), history)
         _record_verdict(state, entry, rec, line, echoes)
         state.plans[f"{plan.kind}:verdict"] += 1
@@ -398,6 +399,27 @@ def _plan(text: str, settings: MockSettings, state: MockState) -> Plan:
             _, old = plans.popitem(last=False)
             state.loop_plan_calls -= len(old.calls)
     return plan
+
+
+LOG_RESULT_CHARS = 120  # of each tool result in the log line: enough to see what came back
+LOG_CALLS = 64  # calls and results per log line; the rest are counted
+
+
+def _log_history(rec: dict[str, Any], turn: Turn, sent: Sequence[Any], results: Sequence[Any]) -> None:
+    """A follow-up's messages, summarized in its log line: the roles in order,
+    the calls the kernel says it made (id, name, arguments) and the results it
+    handed back (call id, the first characters). Only follow-ups: their history
+    is read anyway, and a failed turn's story (`kstress show`) is told by them;
+    the first request of a turn takes the fast path and logs its plan."""
+    items = turn.body.get("messages")
+    if not isinstance(items, list):
+        items = turn.body.get("input")
+    if isinstance(items, list):
+        rec["roles"] = [(m.get("role") or m.get("type")) if isinstance(m, dict) else type(m).__name__ for m in items[: LOG_CALLS * 2]]
+    rec["calls"] = [[c.id, c.name, c.arguments if isinstance(c.arguments, (dict, list, str, int, float, bool, type(None))) else repr(c.arguments)] for c in sent[:LOG_CALLS]]
+    rec["results"] = [[r.call_id, r.content[:LOG_RESULT_CHARS]] + ([True] if r.is_error else []) for r in results[:LOG_CALLS]]
+    if len(sent) > LOG_CALLS or len(results) > LOG_CALLS:
+        rec["history_sizes"] = [len(sent), len(results)]
 
 
 def _record_verdict(state: MockState, entry: Entry, rec: dict[str, Any], line: VerdictLine, echoes: Sequence[tuple[str, str]] = ()) -> None:
