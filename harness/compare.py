@@ -160,8 +160,10 @@ def refusals(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], list[
             continue
         if _norm(key, a) != _norm(key, b):
             bad.append(f"different {key}: OLD {a!r}, NEW {b!r} ({why})")
-    if to.get("bin_sha256") and to.get("bin_sha256") == tn.get("bin_sha256") and to.get("argv") == tn.get("argv"):
-        notes.append("OLD and NEW ran the same binary with the same arguments")
+    # the argv holds each sandbox's own paths and port: only the binary itself says "the same build"
+    ho, hn = to.get("bin_sha256"), tn.get("bin_sha256")
+    if ho and hn:
+        notes.append(f"the same binary (sha256 {ho[:12]}…)" if ho == hn else f"different binaries: OLD sha256 {ho[:12]}…, NEW {hn[:12]}…")
     for side, d in (("OLD", old), ("NEW", new)):
         if d.get("status", "completed") != "completed":
             notes.append(f"{side} did not complete (status {d.get('status')}): its figures are those of the turns it recorded")
@@ -388,7 +390,7 @@ def compare_runs(old_dir: Path, new_dir: Path, alpha: float = ALPHA, min_effect:
     bad, notes = refusals(lo.doc, ln.doc)
     if bad:
         raise UsageError(f"OLD {old_dir} and NEW {new_dir} cannot be compared: " + "; ".join(bad)
-                         + ". Run both with the same settings (docs/results.md, \"Comparing stored runs\", lists what may differ)")
+                         + ". Make both runs with the same command, changing only the target (docs/results.md, \"Comparing stored runs\", lists what may differ)")
     notes = [f"OLD: {n}" for n in lo.notes] + [f"NEW: {n}" for n in ln.notes] + notes
     s = {"alpha": alpha, "min_effect": min_effect}
     old, new = _inputs(lo.doc, lo.rows or []), _inputs(ln.doc, ln.rows or [])
