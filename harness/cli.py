@@ -538,6 +538,30 @@ def show_cmd(run_dir, nonce) -> None:
     click.echo(story(run_dir, nonce), nl=False)
 
 
+@cli.command("compare")
+@click.argument("old_run", type=click.Path(path_type=Path))
+@click.argument("new_run", type=click.Path(path_type=Path))
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the Mann-Whitney U test (as cmp).")
+@click.option("--min-effect", type=float, default=0.05, show_default=True, help="Smallest change called better or worse (a fraction; percentage points for rates).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of the table.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Also write it to FILE: JSON when FILE ends in .json, else Markdown.")
+def compare_cmd(old_run, new_run, alpha, min_effect, as_json, output) -> None:
+    """Compare two stored run directories of the same scenario (stress,
+    sessions, batch, abtest) row by row; exit 1 when NEW is worse on any row,
+    2 when the runs cannot be compared (the difference is named)."""
+    import json
+
+    from .compare import compare_runs, final_line, render, write_output
+
+    c = compare_runs(old_run, new_run, alpha, min_effect)
+    if output is not None:
+        write_output(c, output)
+    click.echo(json.dumps(c.to_json(), indent=2) if as_json else render(c).rstrip("\n"))
+    if as_json:
+        click.echo(final_line(c), err=True)
+    sys.exit(c.exit_code)
+
+
 def main() -> None:
     main_with(None, "kstress")
 

@@ -194,7 +194,23 @@ class Target:
         if self.kernel:
             self.meta["kernel"] = self.kernel
         self.meta["contract"] = self.contract.to_json()
+        self.meta["workload"] = self._workload()
         self._prepared = True
+
+    def _workload(self) -> dict[str, Any]:
+        """What the mock made of each marker (tool sleeps, LLM pacing, the
+        catalog, the dialect): `kstress compare` refuses two runs where it
+        differs. ``mock_args`` is None when it cannot be known (a bare socket)."""
+        a, s = self.access, self._sandbox
+        if a.launch is not None:
+            spec = a.launch.target
+            args: list[str] | None = list(a.launch.mock_args)
+            tools, llm_api = spec.tools, spec.llm_api
+        elif s is not None:
+            args, tools, llm_api = s.raw.get("mock_args"), s.tools, s.raw.get("llm_api")
+        else:
+            args, tools, llm_api = None, str(a.tools) if a.tools else None, None
+        return {"tool_ms": self.tool_ms, "mixed_ms": self.mixed_ms, "mock_args": args, "tools": tools, "llm_api": llm_api}
 
     async def preflight(self, connect_timeout_s: float = 5.0) -> None:
         """A bare socket, before anything starts: is a kernel listening, and
@@ -256,6 +272,7 @@ class Target:
             if self.kernel:
                 self.meta["kernel"] = self.kernel
             self.meta["contract"] = self.contract.to_json()
+            self.meta["workload"] = self._workload()
         elif self._sandbox is not None and self._sandbox.status == "target_died":
             raise TargetError(
                 f"the target in the running sandbox died (exit code {self._sandbox.returncode}); stop it with scripts/launch.sh stop"

@@ -107,7 +107,7 @@ def _dim_batch(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, Any]:
         out[f"{v}_errors"] = sum(1 for r in rs if r.get("outcome") == "error")
         if len(ok) < MIN_SAMPLES:
             notes[v] = f"unmeasurable: only {len(ok)} of {len(rs)} rounds ran every tool with a passing verdict"
-    return _verdict(out, samples, notes, s, higher_is_better=False)
+    return verdict_row(out, samples, notes, s, higher_is_better=False)
 
 
 def _dim_concurrency(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def _dim_concurrency(rows: list[dict[str, Any]], s: dict[str, Any]) -> dict[str,
             notes[v] = f"unmeasurable: the serial control ran concurrently in {serial_bad} round(s)"
         elif len(speedups) < MIN_SAMPLES:
             notes[v] = f"unmeasurable: only {len(speedups)} rounds where both arms ran every tool"
-    return _verdict(out, samples, notes, s, higher_is_better=True)
+    return verdict_row(out, samples, notes, s, higher_is_better=True)
 
 
 def _dim_rate(rows: list[dict[str, Any]], s: dict[str, Any], dim: str, metric: str) -> dict[str, Any]:
@@ -152,10 +152,14 @@ def _dim_rate(rows: list[dict[str, Any]], s: dict[str, Any], dim: str, metric: s
         out[f"{v}_errors"] = sum(1 for r in rs if r.get("outcome") == "error")
         if not rs:
             notes[v] = "unmeasurable: no inputs recorded"
-    return _verdict(out, samples, notes, s, higher_is_better=True, rate=True)
+    return verdict_row(out, samples, notes, s, higher_is_better=True, rate=True)
 
 
-def _verdict(out: dict[str, Any], samples: dict[str, list[float]], notes: dict[str, str], s: dict[str, Any], *, higher_is_better: bool, rate: bool = False) -> dict[str, Any]:
+def verdict_row(out: dict[str, Any], samples: dict[str, list[float]], notes: dict[str, str], s: dict[str, Any], *, higher_is_better: bool, rate: bool = False,
+                missing_new_is_worse: bool = True) -> dict[str, Any]:
+    """One row's verdict from OLD's and NEW's samples (``notes``: why a side
+    is unmeasurable), with ``s['alpha']`` and ``s['min_effect']``; cmp's
+    dimensions and `kstress compare`'s rows both go through here."""
     for v in ("old", "new"):
         xs = samples[v]
         if v in notes:
@@ -165,18 +169,26 @@ def _verdict(out: dict[str, Any], samples: dict[str, list[float]], notes: dict[s
             out[v] = (sum(xs) / len(xs)) if rate else statistics.median(xs)
         out[f"{v}_n"] = len(xs)
     if notes:
-        if "new" in notes and "old" not in notes:
+        if "new" in notes and "old" not in notes and missing_new_is_worse:
             out.update(verdict="worse", p=None, change=None, reason=f"NEW is {notes['new']} while OLD was measured")
         else:
             out.update(verdict="unmeasurable", p=None, change=None, reason="; ".join(f"{k.upper()}: {m}" for k, m in notes.items()))
         out["warnings"] = []
         return out
     if rate:
-        # proportions: compare the 0/1 outcomes; the change is in percentage points
-        c = compare(out["name"], samples["old"], samples["new"], higher_is_better=True, alpha=s["alpha"], min_effect=0.0)
+        # proportions: the test on the 0/1 outcomes gives p; the direction and
+        # the minimum effect are the difference of the rates, in percentage
+        # points (the medians of 0/1 samples are 0 or 1: 60% -> 100% has no
+        # median change, and read as one it came out "worse")
+        c = compare(out["name"], samples["old"], samples["new"], higher_is_better=higher_is_better, alpha=s["alpha"], min_effect=0.0)
         diff = out["new"] - out["old"]
-        verdict = c.verdict if abs(diff) >= s["min_effect"] else "same"
-        reason = c.reason if verdict != "same" or abs(diff) >= s["min_effect"] else f"difference {diff:+.1%} below the {s['min_effect']:.0%} minimum effect"
+        if c.p is None or c.p >= s["alpha"]:
+            verdict, reason = "same", f"not significant (p={c.p:.3g} >= {s['alpha']})" if c.p is not None else "no test"
+        elif abs(diff) < s["min_effect"]:
+            verdict, reason = "same", f"difference {diff * 100:+.1f} pts below the {s['min_effect'] * 100:.0f}-point minimum effect"
+        else:
+            verdict = "better" if (diff > 0) == higher_is_better else "worse"
+            reason = f"p={c.p:.3g}, change {diff * 100:+.1f} pts"
         out.update(verdict=verdict, p=c.p, change=diff, reason=reason, warnings=[])
         return out
     c = compare(out["name"], samples["old"], samples["new"], higher_is_better=higher_is_better, alpha=s["alpha"], min_effect=s["min_effect"])

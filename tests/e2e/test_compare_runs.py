@@ -1,0 +1,119 @@
+"""kstress compare on real stored runs of the reference kernel: two clean
+stress runs compare clean (exit 0); a run with `--fault serial-tools` as NEW
+against a clean OLD exits 1 naming the rows it is worse on — its `!slowbatch4`
+turns all fail `no_overlap` (the batch ran one call at a time), so the pass
+rate falls by those turns and `!slowbatch4` has no passed turn left to time;
+swapped, the same pair is better, not worse. Runs of other settings or
+scenarios are refused (exit 2) naming the difference."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Cli:
+    """conftest's `cli`, for a module-scoped fixture (a conftest cannot be
+    imported by name: every tests/ directory has one)."""
+
+    def __init__(self, home: Path, out: Path) -> None:
+        self.out = out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.env = dict(os.environ, KSTRESS_HOME=str(home), PYTHONPATH=str(REPO), TMPDIR=str(out.parent))
+
+    def run(self, *args: str, timeout: float = 120, script: str | None = None) -> subprocess.CompletedProcess:
+        argv = [sys.executable, str(REPO / "scripts" / script), *args] if script else [sys.executable, "-m", "harness", *args]
+        return subprocess.run(argv, env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+pytestmark = pytest.mark.slow
+STRESS = ("stress", "--launch", "--conns", "4", "--inputs", "8", "--mix", "!slowbatch4:1,text:1", "--quiet")
+
+
+def run_dir(r) -> Path:
+    return Path(r.stdout.strip().splitlines()[-1].removeprefix("run: "))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The stored runs, made once: clean OLD and NEW back to back, a
+    serial-tools NEW, one of another mix, one of another scenario."""
+    base = tmp_path_factory.mktemp("compare")
+    cli = Cli(base / "home", base / "runs")
+    out = {}
+    for name, extra in (("old", ()), ("new", ()), ("serial", ("--", "--fault", "serial-tools"))):
+        r = cli.run(*STRESS, "--out", str(cli.out), *extra)
+        assert r.returncode == (1 if name == "serial" else 0), r.stdout + r.stderr
+        out[name] = run_dir(r)
+    r = cli.run("stress", "--launch", "--conns", "2", "--inputs", "2", "--mix", "!slowbatch4:1,text:2", "--quiet", "--out", str(cli.out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    out["mix"] = run_dir(r)
+    r = cli.run("batch", "--launch", "--n", "2", "--kinds", "batch", "--rounds", "1", "--quiet", "--out", str(cli.out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    out["batch"] = run_dir(r)
+    return cli, out
+
+
+def rows_of(path: Path) -> dict[str, dict]:
+    return {r["name"]: r for r in json.loads(path.read_text())["rows"]}
+
+
+def test_two_clean_runs_of_the_same_kernel_compare_clean(runs, tmp_path):
+    cli, d = runs
+    r = cli.run("compare", str(d["old"]), str(d["new"]), "-o", str(tmp_path / "compare.json"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("compare: NEW is not worse on any row")
+    rows = rows_of(tmp_path / "compare.json")
+    assert rows["pass rate"]["old"] == rows["pass rate"]["new"] == 1.0 and rows["pass rate"]["verdict"] == "same"
+    assert {"latency all", "latency !slowbatch4", "latency text", "throughput", "resources RSS"} <= set(rows)
+    assert not [n for n, row in rows.items() if row["verdict"] == "worse"]
+    assert "note: the same binary (sha256 " in r.stdout
+
+
+def test_serial_tools_new_is_worse_on_pass_rate_and_slowbatch_latency_and_swapped_it_is_better(runs, tmp_path):
+    cli, d = runs
+    r = cli.run(str(d["old"]), str(d["serial"]), "-o", str(tmp_path / "compare.md"), script="compare.py")
+    assert r.returncode == 1, r.stdout + r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    # text turns are not touched by the fault, but share a kernel busy with serial batches: their latency may move too
+    assert last.startswith("compare: NEW is worse on ") and "pass rate, latency !slowbatch4" in last, last
+    assert (tmp_path / "compare.md").read_text().rstrip().endswith(last)
+    r = cli.run("compare", str(d["old"]), str(d["serial"]), "--json")
+    assert r.returncode == 1 and r.stderr.strip() == last
+    doc = json.loads(r.stdout)
+    rows = {row["name"]: row for row in doc["rows"]}
+    assert doc["worse"][:2] == ["pass rate", "latency !slowbatch4"] and set(doc["worse"]) <= {"pass rate", "latency !slowbatch4", "latency text"}
+    assert doc["exit_code"] == 1
+    slow_turns = sum(1 for line in (d["serial"] / "turns.jsonl").read_text().splitlines()
+                     if json.loads(line).get("kind") == "load" and json.loads(line).get("marker") == "!slowbatch4")
+    pr = rows["pass rate"]
+    assert pr["new_failures"] == {"no_overlap": slow_turns} and pr["change"] == pytest.approx(-slow_turns / 32)
+    assert rows["latency !slowbatch4"]["new"] is None and f"0 of {slow_turns} turns passed" in rows["latency !slowbatch4"]["reason"]
+    assert rows["latency all"]["verdict"] == "unmeasurable" and "another mix of markers" in rows["latency all"]["reason"]
+
+    back = cli.run("compare", str(d["serial"]), str(d["old"]), "--json")
+    doc = json.loads(back.stdout)
+    rows = {row["name"]: row for row in doc["rows"]}
+    # the fixed kernel runs 4 tools at once: more processes, fds and RSS at a time, which the resource rows may call worse
+    assert set(doc["worse"]) <= {"resources RSS", "resources CPU", "resources open fds"}, back.stdout
+    assert back.returncode == (1 if doc["worse"] else 0)
+    assert rows["pass rate"]["verdict"] == "better"
+    assert rows["latency !slowbatch4"]["verdict"] == "unmeasurable"  # OLD had nothing to time: no claim either way
+
+
+def test_runs_that_cannot_be_compared_are_refused_naming_the_difference(runs, tmp_path):
+    cli, d = runs
+    r = cli.run("compare", str(d["old"]), str(d["mix"]))
+    assert r.returncode == 2 and r.stdout == ""
+    assert "different mix: OLD '!slowbatch4:1,text:1', NEW '!slowbatch4:1,text:2'" in r.stderr
+    assert "different conns: OLD 4, NEW 2" in r.stderr and "inputs" not in r.stderr.split("cannot be compared:")[1].split("(docs")[0]
+    r = cli.run("compare", str(d["old"]), str(d["batch"]))
+    assert r.returncode == 2 and "different scenarios: OLD is stress, NEW is batch" in r.stderr
+    r = cli.run("compare", str(d["old"]), str(tmp_path))
+    assert r.returncode == 2 and f"{tmp_path}/run.json: cannot read it" in r.stderr and "run directory" in r.stderr

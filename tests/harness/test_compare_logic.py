@@ -1,0 +1,175 @@
+"""kstress compare's row logic on synthetic turn rows and run directories:
+each verdict can come out both ways (swap OLD and NEW and the direction
+flips), cmp's rule and minimum effect decide, and runs that cannot be
+compared are refused naming the difference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.compare import compare_runs, latency_rows, pass_rate_row, refusals, round_speedups, speedup_rows, throughput_row
+from harness.errors import UsageError
+from harness.scenarios.cmp import verdict_row
+
+S = {"alpha": 0.05, "min_effect": 0.05}
+
+
+def turns(marker: str | None, latencies: list[float], passed: bool = True, t0: float = 0.0, failure: str = "no_overlap (x)") -> list[dict]:
+    return [{"kind": "load", "marker": marker, "passed": passed, "failures": [] if passed else [failure], "latency_s": lat, "t_rel": t0 + i * 0.1}
+            for i, lat in enumerate(latencies)]
+
+
+def by_name(rows: list[dict]) -> dict[str, dict]:
+    return {r["name"]: r for r in rows}
+
+
+SLOW = [0.30 + 0.001 * i for i in range(20)]
+SLOWER = [0.90 + 0.001 * i for i in range(20)]
+TEXT = [0.004 + 0.0001 * i for i in range(20)]
+
+
+def test_slower_new_is_worse_and_swapped_it_is_better():
+    old, new = turns("!slowbatch4", SLOW), turns("!slowbatch4", SLOWER)
+    worse = by_name(latency_rows(old, new, S))["latency !slowbatch4"]
+    assert worse["verdict"] == "worse" and worse["change"] == pytest.approx(2.0, rel=0.05) and worse["p"] < 0.05
+    better = by_name(latency_rows(new, old, S))["latency !slowbatch4"]
+    assert better["verdict"] == "better"
+
+
+def test_a_change_below_the_minimum_effect_is_same_even_when_significant():
+    old = turns("!slowbatch4", SLOW)
+    new = turns("!slowbatch4", [x * 1.03 for x in SLOW])
+    r = by_name(latency_rows(old, new, S))["latency !slowbatch4"]
+    assert r["verdict"] == "same" and "minimum effect" in r["reason"]
+    r = by_name(latency_rows(old, new, {"alpha": 0.05, "min_effect": 0.01}))["latency !slowbatch4"]
+    assert r["verdict"] == "worse"
+
+
+def test_a_marker_that_no_longer_passes_is_worse_and_the_all_row_refuses_another_mix():
+    old = turns("!slowbatch4", SLOW) + turns(None, TEXT)
+    new = turns("!slowbatch4", SLOWER, passed=False) + turns(None, TEXT)
+    rows = by_name(latency_rows(old, new, S))
+    assert rows["latency !slowbatch4"]["verdict"] == "worse" and "0 of 20 turns passed" in rows["latency !slowbatch4"]["reason"]
+    assert rows["latency text"]["verdict"] == "same"
+    # NEW's passed turns are all text: its median is "faster" only because the slow ones failed
+    assert rows["latency all"]["verdict"] == "unmeasurable" and "another mix of markers" in rows["latency all"]["reason"]
+    # the other way round nothing is better: OLD could not be measured
+    back = by_name(latency_rows(new, old, S))
+    assert back["latency !slowbatch4"]["verdict"] == "unmeasurable"
+
+
+def test_pass_rates_in_percentage_points_both_ways():
+    full = turns("!batch4", SLOW)
+    sixty = turns("!batch4", SLOW[:12]) + turns("!batch4", SLOW[12:], passed=False)
+    worse = pass_rate_row(full, sixty, S)
+    assert worse["verdict"] == "worse" and worse["change"] == pytest.approx(-0.4) and "no_overlap x8" in worse["reason"]
+    # 60% -> 100%: the medians of the 0/1 outcomes are both 1; this once read as worse
+    assert pass_rate_row(sixty, full, S)["verdict"] == "better"
+    one_off = turns("!batch4", SLOW[:19]) + turns("!batch4", SLOW[19:], passed=False)
+    assert pass_rate_row(full, one_off, S)["verdict"] == "same"  # 5 points is the minimum effect
+
+
+def test_cmp_shares_the_rate_rule():
+    """cmp's bombardment and stability go through the same function: 31% -> 100% is better, not same."""
+    row = verdict_row({"name": "bombardment"}, {"old": [1.0] * 10 + [0.0] * 22, "new": [1.0] * 32}, {}, S, higher_is_better=True, rate=True)
+    assert row["verdict"] == "better"
+    row = verdict_row({"name": "bombardment"}, {"old": [1.0] * 32, "new": [1.0] * 19 + [0.0] * 13}, {}, S, higher_is_better=True, rate=True)
+    assert row["verdict"] == "worse"
+
+
+def test_throughput_needs_whole_windows_and_a_short_new_is_no_regression():
+    def steady(per_s: int, seconds: int) -> list[dict]:
+        return [{"kind": "load", "marker": None, "passed": True, "latency_s": 0.01, "t_rel": k / per_s} for k in range(per_s * seconds)]
+
+    r = throughput_row(steady(20, 8), steady(10, 8), S)
+    assert r["verdict"] == "worse" and r["old"] == pytest.approx(20) and r["new"] == pytest.approx(10)
+    assert throughput_row(steady(10, 8), steady(20, 8), S)["verdict"] == "better"
+    short = throughput_row(steady(20, 8), steady(20, 2), S)
+    assert short["verdict"] == "unmeasurable" and "whole window" in short["reason"]
+
+
+def ab_rows(conc_ms: int, serial_ms: int, rounds: int = 6, serial_overlap: int = 1) -> list[dict]:
+    rows = []
+    for r in range(rounds):
+        for arm, ms, ov in (("concurrent", conc_ms + r, 4), ("serial", serial_ms + r, serial_overlap)):
+            rows.append({"kind": "abtest", "n": 4, "round": r, "arm": arm, "passed": True, "failures": [], "tool_ms": ms, "overlap": ov})
+    return rows
+
+
+def test_speedups_per_round_both_ways_and_a_serial_control_that_overlapped():
+    good, serial = ab_rows(210, 840), ab_rows(840, 840)
+    assert round_speedups(good, "kernel")[0] == pytest.approx([840 / 210, 841 / 211, 842 / 212, 843 / 213, 844 / 214, 845 / 215])
+    rows = by_name(speedup_rows(good, serial, [4], "kernel", S))
+    assert rows["speedup N=4"]["verdict"] == "worse" and rows["tool phase N=4"]["verdict"] == "worse"
+    assert by_name(speedup_rows(serial, good, [4], "kernel", S))["speedup N=4"]["verdict"] == "better"
+    broken = by_name(speedup_rows(good, ab_rows(210, 840, serial_overlap=4), [4], "kernel", S))["speedup N=4"]
+    assert broken["verdict"] == "worse" and "ran concurrently" in broken["reason"]
+
+
+def doc(scenario: str = "stress", **settings) -> dict:
+    base = {"stress": {"conns": 4, "inputs": 8, "mix": "!slowbatch4:1,text:1", "rate": None, "stages": [], "arrival": "constant", "warmup_s": None,
+                       "timeout_s": 60.0, "connect_timeout_s": 5.0, "interrupts": 0.0, "interrupt_marker": "!batch2", "seed": 1, "out": "runs", "quiet": True}}
+    target = {"name": "refkernel", "argv": ["refkernel"], "bin_sha256": "ab", "transport": "unix",
+              "contract": {"batch": "whole-batch", "order": "declared"}, "workload": {"tool_ms": 200, "mixed_ms": 50, "mock_args": [], "tools": None, "llm_api": "chat"}}
+    return {"schema": "kstress.run/1", "scenario": scenario, "status": "completed", "settings": {**base.get(scenario, {}), **settings},
+            "summary": {}, "checks": [], "extras": {}, "meta": {"targets": [target]}}
+
+
+def with_target(d: dict, key: str, value) -> dict:
+    t = d["meta"]["targets"][0]
+    if key.startswith("workload."):
+        t["workload"][key.split(".", 1)[1]] = value
+    else:
+        t[key] = value
+    return d
+
+
+def test_refusals_name_the_difference_and_allowed_differences_are_notes():
+    assert refusals(doc(), doc()) == ([], ["the same binary (sha256 ab…)"])
+    bad, _ = refusals(doc(), doc(mix="!slowbatch4:1,text:2"))
+    assert len(bad) == 1 and "different mix" in bad[0] and "'!slowbatch4:1,text:2'" in bad[0]
+    assert refusals(doc(), doc(mix="text:1,!slowbatch4:1"))[0] == []  # the items' order does not matter
+    assert "different conns" in refusals(doc(), doc(conns=8))[0][0]
+    assert "different rate" in refusals(doc(), doc(rate=50.0))[0][0]
+    assert "different scenarios: OLD is stress, NEW is batch" in refusals(doc(), doc("batch"))[0][0]
+    assert "different contract" in refusals(doc(), with_target(doc(), "contract", {"batch": "parallel", "order": "declared"}))[0][0]
+    assert "LLM pacing" in refusals(doc(), with_target(doc(), "workload.mock_args", ["--ttft-ms", "50"]))[0][0]
+    assert "tool sleeps" in refusals(doc(), with_target(doc(), "workload.tool_ms", 100))[0][0]
+    bad, notes = refusals(doc(), doc(seed=7, inputs=20, out="elsewhere"))
+    assert bad == [] and any(n.startswith("seed differs") for n in notes) and any(n.startswith("inputs differs") for n in notes)
+    assert not any(n.startswith("out ") for n in notes)
+    older = doc()
+    del older["meta"]["targets"][0]["workload"]
+    bad, notes = refusals(older, doc())
+    assert bad == [] and any("not recorded in OLD" in n for n in notes)
+
+
+def write_run(path: Path, d: dict, rows: list[dict] | None) -> Path:
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(json.dumps(d))
+    if rows is not None:
+        (path / "turns.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_compare_runs_end_to_end_on_files_and_what_it_refuses(tmp_path):
+    old = write_run(tmp_path / "old", doc(), turns("!slowbatch4", SLOW) + turns(None, TEXT))
+    new = write_run(tmp_path / "new", doc(), turns("!slowbatch4", SLOWER) + turns(None, TEXT))
+    c = compare_runs(old, new)
+    assert c.worse == ["latency !slowbatch4"] and c.exit_code == 1
+    assert compare_runs(new, old).exit_code == 0 and "latency !slowbatch4" in [r["name"] for r in compare_runs(new, old).rows if r["verdict"] == "better"]
+    assert compare_runs(old, old).exit_code == 0
+    with pytest.raises(UsageError, match="different mix"):
+        compare_runs(old, write_run(tmp_path / "mix", doc(mix="!batch4:1"), turns("!batch4", SLOW)))
+    with pytest.raises(UsageError, match="turns.jsonl is missing"):
+        compare_runs(old, write_run(tmp_path / "noturns", doc(), None))
+    with pytest.raises(UsageError, match="is .* a kstress run directory"):
+        compare_runs(old, tmp_path)
+    hold = write_run(tmp_path / "hold", doc("hold"), [])
+    with pytest.raises(UsageError, match="hold runs: compare does not take them"):
+        compare_runs(hold, hold)
+    with pytest.raises(UsageError, match="--min-effect"):
+        compare_runs(old, new, min_effect=5)
