@@ -57,3 +57,22 @@ def test_a_bad_file_starts_nothing(cli, tmp_path):
     r = cli.run("run", str(f))
     assert r.returncode == 2 and "2 problems, nothing was started" in r.stderr and "did you mean 'conns'" in r.stderr
     assert not cli.out.exists()
+
+
+def test_an_example_file_reproduces_its_flags(cli):
+    import shlex
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "batch.toml"
+    check = cli.run("run", "--check", str(example))
+    assert check.returncode == 0, check.stderr
+    argv = shlex.split(check.stdout.strip())[1:]  # without the leading `kstress`
+    # the example writes to runs/ of the cwd; run both into the test's own --out via the flags' form
+    flags = cli.run(*argv, "--out", str(cli.out / "flags"), timeout=300)
+    f = cli.out / "file.toml"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(example.read_text() + f'\nout = "{cli.out / "file"}"\n')
+    by_file = cli.run("run", str(f), timeout=300)
+    assert flags.returncode == 0 and by_file.returncode == 0, flags.stderr[-2000:] + by_file.stderr[-2000:]
+    a, b = (json.loads((run_dir(r) / "run.json").read_text()) for r in (by_file, flags))
+    a["settings"].pop("out"), b["settings"].pop("out")
+    assert a["settings"] == b["settings"] and a["summary"]["attempted"] == b["summary"]["attempted"] > 0
