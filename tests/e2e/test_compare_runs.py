@@ -100,8 +100,10 @@ def test_serial_tools_new_is_worse_on_pass_rate_and_slowbatch_latency_and_swappe
     back = cli.run("compare", str(d["serial"]), str(d["old"]), "--json")
     doc = json.loads(back.stdout)
     rows = {row["name"]: row for row in doc["rows"]}
-    # the fixed kernel runs 4 tools at once: more processes, fds and RSS at a time, which the resource rows may call worse
-    assert set(doc["worse"]) <= {"resources RSS", "resources CPU", "resources open fds"}, back.stdout
+    # the fixed kernel runs 4 tools at once: more processes, fds and RSS at a time, which the resource rows may call
+    # worse; and its text turns now share the 2 cores with 4 tool processes at a time instead of 1 (CI saw text's
+    # median at 8.6 ms called worse, p<0.05): the reason the forward direction allows "latency text" too
+    assert set(doc["worse"]) <= {"latency text", "resources RSS", "resources CPU", "resources open fds"}, back.stdout
     assert back.returncode == (1 if doc["worse"] else 0)
     assert rows["pass rate"]["verdict"] == "better"
     assert rows["latency !slowbatch4"]["verdict"] == "unmeasurable"  # OLD had nothing to time: no claim either way
