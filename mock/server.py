@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import email.utils
 import json
 import time
 from dataclasses import dataclass, field
@@ -227,16 +228,26 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _handle(request, CHAT)
 
 
-async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
-    settings = request.app[SETTINGS_KEY]
-    state = request.app[STATE_KEY]
+def _begin(state: MockState, path: str, dialect: Dialect) -> _Exchange:
     state.inflight += 1
     state.counters["requests"] += 1
     t0 = time.monotonic()
     # int()/1e6 rather than round(x, 6): the same digits, but round() with
     # ndigits goes through a decimal conversion that cost 5% of the mock's
     # requests/s under make bench
-    ex = _Exchange({"ts": int(time.time() * 1e6) / 1e6, "path": request.path, "dialect": dialect.name}, t0)
+    return _Exchange({"ts": int(time.time() * 1e6) / 1e6, "path": path, "dialect": dialect.name}, t0)
+
+
+def _end(state: MockState, ex: _Exchange, status: int) -> None:
+    state.inflight -= 1
+    if not ex.committed:
+        state.commit(ex, status)
+
+
+async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
+    settings = request.app[SETTINGS_KEY]
+    state = request.app[STATE_KEY]
+    ex = _begin(state, request.path, dialect)
     status = 500
     try:
         try:
@@ -255,10 +266,9 @@ async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
         status = 499
         raise
     finally:
-        state.inflight -= 1
-        if not ex.committed:
-            state.commit(ex, status)
-        elif status == 499:
+        committed = ex.committed
+        _end(state, ex, status)
+        if status == 499 and committed:
             # after the commit: the ring and the store say so, the log line stays
             ex.rec["status"] = 499
             if ex.record is not None:
@@ -293,19 +303,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
     if turn.stream and not turn.followup and settings.script is None and not settings.chunk_delay_ms:
         found = _shape_for(dialect, turn.user_text, settings, state)
         if found is not None:
-            shape, nonce = found
-            rec["plan"] = shape.kind
-            rec["nonce"] = nonce
-            rec["marker"] = shape.marker
-            state.plans[shape.kind] += 1
-            entry = ex.attach(state.store.entry(nonce), turn, dialect.name)
-            entry.plan, entry.marker = shape.kind, shape.marker
-            if shape.has_tools:
-                ex.tool_stream = True
-            else:
-                entry.text_verdict = True
-                rec["text_verdict"] = text_verdict(nonce)
-            events = dialect.template_fill(shape.template, nonce, shape.info, turn, model)
+            events = _shape_reply(dialect, turn, found, model, state, ex)
             return await _send(request, events, settings, state, ex, dialect)
 
     if settings.script is not None:
@@ -663,6 +661,28 @@ class _Shape:
     info: dict[str, Any]
 
 
+def _shape_reply(dialect: Dialect, turn: Turn, found: tuple["_Shape", str], model: str, state: MockState, ex: _Exchange) -> list[bytes]:
+    """A first streamed reply from its cached shape: the exchange's record, the
+    store entry and the events (aiohttp's handler and the fast path alike)."""
+    shape, nonce = found
+    rec = ex.rec
+    rec["stream"] = turn.stream
+    rec["n_messages"] = turn.n_messages
+    rec["followup"] = turn.followup
+    rec["plan"] = shape.kind
+    rec["nonce"] = nonce
+    rec["marker"] = shape.marker
+    state.plans[shape.kind] += 1
+    entry = ex.attach(state.store.entry(nonce), turn, dialect.name)
+    entry.plan, entry.marker = shape.kind, shape.marker
+    if shape.has_tools:
+        ex.tool_stream = True
+    else:
+        entry.text_verdict = True
+        rec["text_verdict"] = text_verdict(nonce)
+    return dialect.template_fill(shape.template, nonce, shape.info, turn, model)
+
+
 def _shape_for(dialect: Dialect, user_text: str, settings: MockSettings, state: MockState) -> tuple[_Shape, str] | None:
     """The cached shape of this message's reply and its nonce, or None when the
     reply must be built the general way (no explicit nonce, a bad marker, a
@@ -868,7 +888,7 @@ class MockServer:
     async def start(self) -> "MockServer":
         # handler_cancellation: a hung request must be released the moment its
         # client goes away, leaving no task behind.
-        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        self._runner = _Runner(self.app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port, backlog=4096, reuse_address=True)
         try:
@@ -898,3 +918,157 @@ class MockServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+# --- the fast path: first streamed replies answered below aiohttp's application layer ---
+#
+# A first streamed request of a cached shape (the bulk of any load: every turn
+# starts with one) costs aiohttp's per-request machinery -- a task, a request
+# object, a writer, prepare() building headers -- several times what the mock
+# does for it. The fast path answers it from the connection's data_received,
+# parsed by aiohttp's own (C) parser, when the connection is idle (no request in
+# progress or queued: responses stay in order) and the body came whole. Every
+# other request -- follow-ups, faults, hangs, pacing, other routes, anything the
+# fast path does not recognise -- goes to aiohttp's handler unchanged, with the
+# body it already read. The bytes on the wire are the ones aiohttp writes.
+
+try:  # aiohttp internals the fast path subclasses; without them the mock runs on aiohttp alone
+    from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
+    from aiohttp.http_exceptions import HttpProcessingError
+    from aiohttp.http_parser import RawRequestMessage
+    from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
+    from aiohttp.web_protocol import RequestHandler, _ErrInfo
+except ImportError:  # pragma: no cover - a future aiohttp moved them
+    RequestHandler = None  # type: ignore[assignment,misc]
+
+FAST_ROUTES: dict[str, Dialect] = {path: d for d in BY_NAME.values() for path in d.paths}
+
+
+def _fast_events(dialect: Dialect, raw: bytes, path: str, settings: MockSettings, state: MockState) -> tuple[_Exchange, list[bytes]] | None:
+    """The exchange and events of a request the fast path can answer, or None
+    (nothing recorded: aiohttp's handler serves it from the start)."""
+    if settings.script is not None or settings.chunk_delay_ms or settings.ttft_ms:
+        return None
+    try:
+        turn = dialect.read(_decode(raw.decode()))
+    except (ValueError, RecursionError, BadRequest):
+        return None
+    if not turn.stream or turn.followup:
+        return None
+    found = _shape_for(dialect, turn.user_text, settings, state)
+    if found is None:
+        return None
+    ex = _begin(state, path, dialect)
+    events = _shape_reply(dialect, turn, found, turn.model or settings.model, state, ex)
+    return ex, events
+
+
+_date_cache: list[Any] = [0, b""]
+
+
+def _http_date() -> bytes:
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache[0], _date_cache[1] = now, email.utils.formatdate(now, usegmt=True).encode()
+    return _date_cache[1]
+
+
+if RequestHandler is not None:
+    _SERVER = SERVER_SOFTWARE.encode()
+
+    class _FastHandler(RequestHandler):  # type: ignore[misc,valid-type]
+        __slots__ = ()
+
+        def data_received(self, data: bytes) -> None:
+            if self._force_close or self._close:
+                return
+            if self._payload_parser is not None or self._upgraded:
+                return super().data_received(data)
+            try:
+                messages, _upgraded, _tail = self._parser.feed_data(data)
+            except HttpProcessingError as exc:
+                messages = [(_ErrInfo(status=400, exc=exc, message=exc.message), EMPTY_PAYLOAD)]
+            queued = False
+            for msg, payload in messages:
+                self._request_count += 1
+                if not self._messages:
+                    kept = self._answer(msg, payload)
+                    if kept is None:
+                        continue
+                    payload = kept
+                self._messages.append((msg, payload))
+                queued = True
+            waiter = self._waiter
+            if queued and waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            if not self._buffer_paused and len(self._messages) >= self._max_msg_queue_size:
+                self._pause_reading_for_buffer()
+
+        def _answer(self, msg: Any, payload: Any) -> Any:
+            """None: answered here. Otherwise the payload to queue for aiohttp
+            (the one given, or a copy of the body this read)."""
+            waiter = self._waiter
+            if (
+                waiter is None
+                or waiter.done()  # the handler task is busy or about to be
+                or self._paused
+                or not isinstance(msg, RawRequestMessage)
+                or msg.method != "POST"
+                or msg.version != HttpVersion11
+                or msg.should_close
+                or msg.upgrade
+                or payload is EMPTY_PAYLOAD
+                or not payload.is_eof()
+                or self.transport is None
+            ):
+                return payload
+            dialect = FAST_ROUTES.get(msg.path)
+            if dialect is None:
+                return payload
+            manager = self._manager
+            settings, state = manager.kstress  # type: ignore[union-attr]
+            raw = payload.read_nowait(-1)
+            got = _fast_events(dialect, raw, msg.path, settings, state)
+            if got is None:
+                kept = StreamReader(self, 2**16, loop=self._loop)
+                kept.feed_data(raw)
+                kept.feed_eof()
+                return kept
+            ex, events = got
+            body = b"".join(events)
+            ex.sent(None, time.monotonic())
+            state.commit(ex, 200)
+            self._write_reply(
+                b"HTTP/1.1 200 OK\r\nContent-Type: " + dialect.content_type.encode()
+                + b"\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nDate: " + _http_date()
+                + b"\r\nServer: " + _SERVER + b"\r\n\r\n%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+            )  # fmt: skip
+            _end(state, ex, 200)
+            state.counters["fast_path"] += 1
+            manager.requests_count += 1  # type: ignore[union-attr]
+            if self._parser is not None and hasattr(self._parser, "message_consumed"):
+                self._parser.message_consumed()
+            if self._keepalive_timeout > 0:
+                self._next_keepalive_close_time = self._loop.time() + self._keepalive_timeout
+            return None
+
+        def _write_reply(self, data: bytes) -> None:
+            self.transport.write(data)  # type: ignore[union-attr]
+
+    class _FastServer(web.Server):
+        def __call__(self) -> RequestHandler:
+            return _FastHandler(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    """aiohttp's runner, its connections served by _FastHandler."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        if RequestHandler is not None and FAST_PATH:
+            server.__class__ = _FastServer  # same object, one method more: its connections' handler class
+            server.kstress = (self._app[SETTINGS_KEY], self._app[STATE_KEY])  # type: ignore[attr-defined]
+        return server
+
+
+FAST_PATH = True
