@@ -940,8 +940,21 @@ try:  # aiohttp internals the fast path subclasses; without them the mock runs o
     from aiohttp.web_protocol import RequestHandler, _ErrInfo
 except ImportError:  # pragma: no cover - a future aiohttp moved them
     RequestHandler = None  # type: ignore[assignment,misc]
+# what _FastHandler touches of aiohttp's protocol (3.14); another aiohttp
+# without one of them runs the mock on aiohttp alone
+_FAST_NEEDS = (
+    "_messages", "_waiter", "_payload_parser", "_upgraded", "_parser", "_handle_request", "_request_count",
+    "_max_msg_queue_size", "_pause_reading_for_buffer", "_buffer_paused", "_keepalive_timeout",
+    "_next_keepalive_close_time", "_force_close", "_close", "_manager", "_loop", "_paused", "_message_tail",
+)  # fmt: skip
+if RequestHandler is not None and not all(hasattr(RequestHandler, name) for name in _FAST_NEEDS):  # pragma: no cover
+    RequestHandler = None  # type: ignore[assignment,misc]
 
 FAST_ROUTES: dict[str, Dialect] = {path: d for d in BY_NAME.values() for path in d.paths}
+# a larger body still coming goes to aiohttp; and past 2 x its 64 KiB read buffer
+# the body reader pauses the socket, so a held request would never complete
+FAST_WAIT_BYTES = 1 << 16
+_WAIT = object()
 
 
 def _fast_events(dialect: Dialect, raw: bytes, path: str, settings: MockSettings, state: MockState) -> tuple[_Exchange, list[bytes]] | None:
@@ -977,7 +990,26 @@ if RequestHandler is not None:
     _SERVER = SERVER_SOFTWARE.encode()
 
     class _FastHandler(RequestHandler):  # type: ignore[misc,valid-type]
-        __slots__ = ()
+        # requests handed to aiohttp on this connection whose response is not
+        # finished: the fast path answers only while there are none (and none
+        # queued), so responses leave in request order. aiohttp's own state
+        # cannot tell: between taking a request off its queue and starting its
+        # task (not eager before Python 3.12) the connection looks idle.
+        # _kst_wait: a request the fast path may answer whose body has not all
+        # come yet (httpx and http.client send the headers and the body in two
+        # writes), held until it has; nothing of it is recorded before.
+        __slots__ = ("_kst_busy", "_kst_wait")
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._kst_busy = 0
+            self._kst_wait: tuple[Any, Any] | None = None
+
+        async def _handle_request(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await super()._handle_request(*args, **kwargs)
+            finally:
+                self._kst_busy -= 1
 
         def data_received(self, data: bytes) -> None:
             if self._force_close or self._close:
@@ -985,46 +1017,67 @@ if RequestHandler is not None:
             if self._payload_parser is not None or self._upgraded:
                 return super().data_received(data)
             try:
-                messages, _upgraded, _tail = self._parser.feed_data(data)
+                messages, upgraded, tail = self._parser.feed_data(data)
             except HttpProcessingError as exc:
-                messages = [(_ErrInfo(status=400, exc=exc, message=exc.message), EMPTY_PAYLOAD)]
+                messages, upgraded, tail = [(_ErrInfo(status=400, exc=exc, message=exc.message), EMPTY_PAYLOAD)], False, b""
             queued = False
+            wait = self._kst_wait
+            if wait is not None and (messages or upgraded or wait[1].is_eof()):
+                # its body is whole now (the parser reads a request's body before the next request)
+                self._kst_wait = None
+                queued = self._take(wait[0], wait[1], upgraded)
             for msg, payload in messages:
                 self._request_count += 1
-                if not self._messages:
-                    kept = self._answer(msg, payload)
-                    if kept is None:
-                        continue
-                    payload = kept
-                self._messages.append((msg, payload))
-                queued = True
+                queued = self._take(msg, payload, upgraded) or queued
             waiter = self._waiter
             if queued and waiter is not None and not waiter.done():
                 waiter.set_result(None)
             if not self._buffer_paused and len(self._messages) >= self._max_msg_queue_size:
                 self._pause_reading_for_buffer()
+            self._upgraded = upgraded
+            if upgraded and tail:
+                self._message_tail = tail
+
+        def _take(self, msg: Any, payload: Any, upgraded: bool) -> bool:
+            """Answer a request here, hold it for the rest of its body, or queue
+            it for aiohttp (True)."""
+            if self._kst_wait is None and not self._messages and not self._kst_busy and not upgraded:
+                kept = self._answer(msg, payload)
+                if kept is None:
+                    return False
+                if kept is _WAIT:
+                    self._kst_wait = (msg, payload)
+                    self._manager.kstress[1].counters["fast_path_held"] += 1  # type: ignore[union-attr]
+                    return False
+                payload = kept
+            elif self._kst_wait is not None:  # pragma: no cover - a later request parsed means the body was whole
+                held, self._kst_wait = self._kst_wait, None
+                self._messages.append(held)
+                self._kst_busy += 1
+            self._messages.append((msg, payload))
+            self._kst_busy += 1
+            return True
 
         def _answer(self, msg: Any, payload: Any) -> Any:
             """None: answered here. Otherwise the payload to queue for aiohttp
             (the one given, or a copy of the body this read)."""
-            waiter = self._waiter
             if (
-                waiter is None
-                or waiter.done()  # the handler task is busy or about to be
-                or self._paused
+                self._paused  # the transport's buffer is full: aiohttp's writer waits for it to drain
                 or not isinstance(msg, RawRequestMessage)
                 or msg.method != "POST"
                 or msg.version != HttpVersion11
                 or msg.should_close
                 or msg.upgrade
                 or payload is EMPTY_PAYLOAD
-                or not payload.is_eof()
                 or self.transport is None
             ):
                 return payload
             dialect = FAST_ROUTES.get(msg.path)
             if dialect is None:
                 return payload
+            if not payload.is_eof():
+                length = msg.headers.get("Content-Length", "")
+                return _WAIT if length.isdigit() and int(length) <= FAST_WAIT_BYTES else payload
             manager = self._manager
             settings, state = manager.kstress  # type: ignore[union-attr]
             raw = payload.read_nowait(-1)

@@ -74,3 +74,27 @@ def test_pipelined_behind_a_hang_stays_in_order(start_mock) -> None:
             data += chunk
     a, b = data.find(b"pipeaaa1"), data.find(b"pipebbb2")
     assert 0 <= a < b, "the second reply overtook the first"
+
+
+def test_a_body_in_a_later_write_is_held_then_answered_fast(start_mock) -> None:
+    """httpx and http.client write the headers and the body apart: the fast
+    path holds such a request until its body is whole, then answers it."""
+    m = start_mock()
+    text = compose("!batch2", "heldbody")
+    body = json.dumps(first_body("chat", text, True)).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    before = m.stats()
+    with socket.create_connection(("127.0.0.1", m.port), timeout=10) as s:
+        s.sendall(head + body[:20])
+        # the stats request is read after the first write (it sat in the socket before the stats connection existed)
+        held = m.stats()
+        assert held.get("fast_path_held", 0) == before.get("fast_path_held", 0) + 1, held
+        assert held.get("requests", 0) == before.get("requests", 0), "nothing is recorded of a held request"
+        s.sendall(body[20:])
+        data = b""
+        while not data.endswith(b"0\r\n\r\n"):
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed after {data!r}"
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"heldbody" in data
+    assert m.stats().get("fast_path", 0) == before.get("fast_path", 0) + 1
