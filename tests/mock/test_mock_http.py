@@ -406,10 +406,10 @@ def test_templated_replies_equal_the_general_path_on_the_other_dialects(start_mo
         assert _normalised_dialect(a.body) == _normalised_dialect(b.body), text
     assert fast.stats()["shapes_cached"] == len(SHAPE_TEXTS)
     assert general.stats()["shapes_cached"] == 0
-    if dialect == "responses":
-        # the response object around the items is cached per second, model and size with a stand-in for its id:
-        # another setting, and a model whose name holds the stand-in, come out as the general path writes them
-        for extra in ({"parallel_tool_calls": False}, {"model": "resp_\x00 model"}):
-            body = {**first_body(dialect, "!batch4 #pq1", True), **extra}
-            a, b = fast.request("POST", PATHS[dialect], body), general.request("POST", PATHS[dialect], body)
-            assert a.status == b.status == 200 and _normalised_dialect(a.body) == _normalised_dialect(b.body), extra
+    # the frames around the items (message_start; the response object) are cached per model and size with a
+    # stand-in for the id: another setting, and a model whose name holds the stand-in, come out as the general
+    # path writes them
+    for extra in ({"parallel_tool_calls": False}, {"model": "resp_\x00 model"}, {"model": "msg_\x00 model"}):
+        body = {**first_body(dialect, "!batch4 #pq1", True), **extra}
+        a, b = fast.request("POST", PATHS[dialect], body), general.request("POST", PATHS[dialect], body)
+        assert a.status == b.status == 200 and _normalised_dialect(a.body) == _normalised_dialect(b.body), extra
