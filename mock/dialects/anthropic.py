@@ -281,8 +281,8 @@ class AnthropicDialect(Dialect):
     def template_fill(self, template: StreamTemplate, nonce: str, info: Mapping[str, Any], turn: Turn, model: str) -> list[bytes]:
         # the general path (_start) stays uncached: it is what the tests hold this to
         cached = _message_start(model, usage(self.prompt_chars(turn), 0)[0])
-        start = self._start(turn, model) if cached is None else cached.replace(_ID_STAND_IN, new_id()).encode()
-        return [start, template.fill(nonce, "", "").encode()]
+        start = self._start(turn, model) if cached is None else cached.replace(_ID_STAND_IN, new_id().encode())
+        return [start, template.fill_bytes(nonce, b"", b"")]
 
 
 def _message_start_frame(mid: str, model: str, input_tokens: int, content: bool) -> str:
@@ -293,16 +293,16 @@ def _message_start_frame(mid: str, model: str, input_tokens: int, content: bool)
     return frame("message_start", {"type": "message_start", "message": message})
 
 
-_ID_STAND_IN = "msg_\\u0000"  # what the encoder makes of a NUL in the id: no id looks like it
+_ID_STAND_IN = b"msg_\\u0000"  # what the encoder makes of a NUL in the id: no id looks like it
 
 
 @functools.lru_cache(maxsize=256)
-def _message_start(model: str, input_tokens: int) -> str | None:
+def _message_start(model: str, input_tokens: int) -> bytes | None:
     """message_start with a stand-in for the message's id: the same for every
     reply of one model and prompt size (encoding it was a third of the
     dialect's cost per templated reply). None when the model's name holds the
     stand-in."""
-    text = _message_start_frame("msg_\x00", model, input_tokens, True)
+    text = _message_start_frame("msg_\x00", model, input_tokens, True).encode()
     return text if text.count(_ID_STAND_IN) == 1 else None
 
 

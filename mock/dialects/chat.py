@@ -148,7 +148,7 @@ class ChatDialect(Dialect):
     def template_fill(self, template: StreamTemplate, nonce: str, info: Mapping[str, Any], turn: Turn, model: str) -> list[bytes]:
         renderer = wire.Renderer(model=model, include_usage=turn.include_usage, coalesce=True)
         use = self._usage(turn, info["completion_chars"]) if turn.include_usage else None
-        body = template.fill(nonce, renderer.head, renderer.tail).encode()
+        body = template.fill_bytes(nonce, renderer.head.encode(), renderer.tail.encode())
         return renderer.close_events([body], info["finish"], use)
 
     def template_info(self, plan: Plan, reply: Reply) -> dict[str, Any]:

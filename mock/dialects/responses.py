@@ -262,7 +262,7 @@ class ResponsesDialect(Dialect):
         return {"completion_chars": reply.completion_chars, "completed_seq": 2 + len(items)}
 
     def template_fill(self, template: StreamTemplate, nonce: str, info: Mapping[str, Any], turn: Turn, model: str) -> list[bytes]:
-        events, output = template.parts(nonce)
+        events, output = template.parts_bytes(nonce)
         prompt_tokens = usage(self.prompt_chars(turn), 0)[0]
         parallel = turn.body.get("parallel_tool_calls") is not False
         around = _around(int(time.time()), model, parallel, prompt_tokens, usage(0, info["completion_chars"])[1], info["completed_seq"])
@@ -273,16 +273,17 @@ class ResponsesDialect(Dialect):
             lifecycle = r.lifecycle("response.created") + r.lifecycle("response.in_progress")
             r.seq = info["completed_seq"]
             head, tail = r.completed_around(usage(0, info["completion_chars"])[1])
-        else:
-            lifecycle, head, tail = (x.replace(_ID_STAND_IN, rid) for x in around)
-        return [lifecycle.encode(), events.encode(), (head + output + tail).encode()]
+            return [lifecycle.encode(), events, head.encode() + output + tail.encode()]
+        bid = rid.encode()
+        lifecycle, head, tail = (x.replace(_ID_STAND_IN, bid) for x in around)
+        return [lifecycle, events, head + output + tail]
 
 
-_ID_STAND_IN = "resp_\\u0000"  # what the encoder makes of a NUL in the id: no id looks like it
+_ID_STAND_IN = b"resp_\\u0000"  # what the encoder makes of a NUL in the id: no id looks like it
 
 
 @functools.lru_cache(maxsize=256)
-def _around(created: int, model: str, parallel: bool, prompt_tokens: int, completion_tokens: int, seq: int) -> tuple[str, str, str] | None:
+def _around(created: int, model: str, parallel: bool, prompt_tokens: int, completion_tokens: int, seq: int) -> tuple[bytes, bytes, bytes] | None:
     """The lifecycle events and the halves of response.completed around its
     output, with a stand-in for the response's id: the JSON of the response
     object is the same for every response of one second, model and size, and
@@ -293,9 +294,10 @@ def _around(created: int, model: str, parallel: bool, prompt_tokens: int, comple
     lifecycle = r.lifecycle("response.created") + r.lifecycle("response.in_progress")
     r.seq = seq
     head, tail = r.completed_around(completion_tokens)
-    if (lifecycle + head + tail).count(_ID_STAND_IN) != 3:
+    parts = lifecycle.encode(), head.encode(), tail.encode()
+    if b"".join(parts).count(_ID_STAND_IN) != 3:
         return None
-    return lifecycle, head, tail
+    return parts
 
 
 class _Response:
