@@ -24,7 +24,7 @@ GARBAGE = [
 ]
 
 
-async def _garbage_then_input(k, all_open: asyncio.Barrier) -> None:
+async def _garbage_then_input(k, all_open: asyncio.Barrier, counted: asyncio.Event) -> None:
     conn = await KernelConn.open(k.socket, token=k.token)
     try:
         await conn.send_raw(b"".join(g for g, _ in GARBAGE))
@@ -32,6 +32,8 @@ async def _garbage_then_input(k, all_open: asyncio.Barrier) -> None:
             err = await conn.take(lambda f: f["type"] == "error", 60, f"the {code} error")
             assert err["code"] == code, err
         await asyncio.wait_for(all_open.wait(), 60)  # every connection open and abused at once
+        # and still open while the test counts them (a turn answered first would close its connection)
+        await asyncio.wait_for(counted.wait(), 60)
         text, n = text_for(None)
         turn = await conn.turn(text, timeout=60)
         assert turn.kind == "response" and markers.parse_text_verdict(turn.text) == n, turn.frames[-1]
@@ -58,13 +60,16 @@ async def test_thousand_garbage_connections_then_normal_answers(rk):
     k = await rk("--queue", "2000", "--workers", "8")
     rss = []
     for _round in range(2):
-        all_open = asyncio.Barrier(1001)
+        all_open, counted = asyncio.Barrier(1001), asyncio.Event()
         clients = asyncio.gather(
-            *(_garbage_then_input(k, all_open) for _ in range(1000)),
+            *(_garbage_then_input(k, all_open, counted) for _ in range(1000)),
             *(_garbage_before_auth(k) for _ in range(100)),
         )
         await asyncio.wait_for(all_open.wait(), 60)
-        assert (await k.stats())["connections"] >= 1000
+        try:
+            assert (await k.stats())["connections"] >= 1000
+        finally:
+            counted.set()
         await clients
 
         async def settled() -> bool:
