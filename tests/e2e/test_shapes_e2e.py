@@ -35,8 +35,9 @@ def test_stages_ramp_connections_and_warmup_is_verified_but_out_of_the_statistic
     assert all(x["t_rel"] - t0 >= 0.5 - 0.01 for x in rows if not x.get("warmup"))
     assert s["warmup"]["attempted"] == len(warm) and s["attempted"] == len(rows) - len(warm)
     assert s["latency_s"]["n"] == s["passed"] == s["attempted"]
-    # every input sent inside the stages, on at most 4 connections
-    assert max(x["t_rel"] - t0 for x in rows) < 2.5 and len({x["conn"] for x in rows}) == 4
+    # every input sent inside the stages, on at most 4 connections (the same 10 ms slack as the warm-up's
+    # bounds: the deadline is checked just before the send, and t_rel and t0 are rounded to 0.1 ms; CI saw 2.5)
+    assert max(x["t_rel"] - t0 for x in rows) < 2.5 + 0.01 and len({x["conn"] for x in rows}) == 4
     assert [st["target"] for st in s["stages"]] == [4, 4, 1] and sum(st["attempted"] for st in s["stages"]) == s["attempted"]
     # the ramp down sent connections away: near its end (level < 2) at most 2 still started turns
     late = {x["conn"] for x in rows if x["t_rel"] - t0 >= 2.4}
