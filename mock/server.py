@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import email.utils
 import json
 import time
 from dataclasses import dataclass, field
@@ -935,6 +934,7 @@ class MockServer:
 try:  # aiohttp internals the fast path subclasses; without them the mock runs on aiohttp alone
     from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
     from aiohttp.http_exceptions import HttpProcessingError
+    from aiohttp.helpers import rfc822_formatted_time
     from aiohttp.http_parser import RawRequestMessage
     from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
     from aiohttp.web_protocol import RequestHandler, _ErrInfo
@@ -974,16 +974,6 @@ def _fast_events(dialect: Dialect, raw: bytes, path: str, settings: MockSettings
     ex = _begin(state, path, dialect)
     events = _shape_reply(dialect, turn, found, turn.model or settings.model, state, ex)
     return ex, events
-
-
-_date_cache: list[Any] = [0, b""]
-
-
-def _http_date() -> bytes:
-    now = int(time.time())
-    if _date_cache[0] != now:
-        _date_cache[0], _date_cache[1] = now, email.utils.formatdate(now, usegmt=True).encode()
-    return _date_cache[1]
 
 
 if RequestHandler is not None:
@@ -1093,7 +1083,7 @@ if RequestHandler is not None:
             state.commit(ex, 200)
             self._write_reply(
                 b"HTTP/1.1 200 OK\r\nContent-Type: " + dialect.content_type.encode()
-                + b"\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nDate: " + _http_date()
+                + b"\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nDate: " + rfc822_formatted_time().encode()
                 + b"\r\nServer: " + _SERVER + b"\r\n\r\n%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
             )  # fmt: skip
             _end(state, ex, 200)

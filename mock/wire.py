@@ -149,26 +149,19 @@ class StreamTemplate:
             text = text.replace(mark, nonce[a:b])
         return head + text.replace(self._SEP, tail + head) + tail
 
-    def parts(self, nonce: str) -> list[str]:
-        """The deltas for this nonce, as a list."""
-        text = self._text
-        for mark, a, b in self._holes:
-            text = text.replace(mark, nonce[a:b])
-        return text.split(self._SEP)
+    def _filled(self, nonce: str) -> bytes:
+        data = self._bytes
+        for mark, a, b in self._bholes:
+            data = data.replace(mark, nonce[a:b].encode())
+        return data
 
     def fill_bytes(self, nonce: str, head: bytes, tail: bytes) -> bytes:
         """``fill``, encoded: what the hot path writes."""
-        data = self._bytes
-        for mark, a, b in self._bholes:
-            data = data.replace(mark, nonce[a:b].encode())
-        return head + data.replace(b"\x00", tail + head) + tail
+        return head + self._filled(nonce).replace(b"\x00", tail + head) + tail
 
     def parts_bytes(self, nonce: str) -> list[bytes]:
-        """``parts``, encoded."""
-        data = self._bytes
-        for mark, a, b in self._bholes:
-            data = data.replace(mark, nonce[a:b].encode())
-        return data.split(b"\x00")
+        """The deltas for this nonce, encoded, as a list."""
+        return self._filled(nonce).split(b"\x00")
 
     @classmethod
     def build(cls, render: Callable[[str], list[str]], length: int) -> "StreamTemplate | None":

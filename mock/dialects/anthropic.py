@@ -280,8 +280,9 @@ class AnthropicDialect(Dialect):
 
     def template_fill(self, template: StreamTemplate, nonce: str, info: Mapping[str, Any], turn: Turn, model: str) -> list[bytes]:
         # the general path (_start) stays uncached: it is what the tests hold this to
-        cached = _message_start(model, usage(self.prompt_chars(turn), 0)[0])
-        start = self._start(turn, model) if cached is None else cached.replace(_ID_STAND_IN, new_id().encode())
+        input_tokens = usage(self.prompt_chars(turn), 0)[0]
+        cached = _message_start(model, input_tokens)
+        start = _message_start_frame(new_id(), model, input_tokens, True).encode() if cached is None else cached.replace(_ID_STAND_IN, new_id().encode())
         return [start, template.fill_bytes(nonce, b"", b"")]
 
 

@@ -263,41 +263,39 @@ class ResponsesDialect(Dialect):
 
     def template_fill(self, template: StreamTemplate, nonce: str, info: Mapping[str, Any], turn: Turn, model: str) -> list[bytes]:
         events, output = template.parts_bytes(nonce)
-        prompt_tokens = usage(self.prompt_chars(turn), 0)[0]
-        parallel = turn.body.get("parallel_tool_calls") is not False
-        around = _around(int(time.time()), model, parallel, prompt_tokens, usage(0, info["completion_chars"])[1], info["completed_seq"])
+        key = (int(time.time()), model, turn.body.get("parallel_tool_calls") is not False, usage(self.prompt_chars(turn), 0)[0],
+               usage(0, info["completion_chars"])[1], info["completed_seq"])  # fmt: skip
         rid = new_id()
+        around = _around(*key)
         if around is None:  # the model's name holds the id's stand-in: built in full
-            r = _Response(self, turn, model)
-            r.id = rid
-            lifecycle = r.lifecycle("response.created") + r.lifecycle("response.in_progress")
-            r.seq = info["completed_seq"]
-            head, tail = r.completed_around(usage(0, info["completion_chars"])[1])
-            return [lifecycle.encode(), events, head.encode() + output + tail.encode()]
-        bid = rid.encode()
-        lifecycle, head, tail = (x.replace(_ID_STAND_IN, bid) for x in around)
+            lifecycle, head, tail = _around_frames(rid, *key)
+        else:
+            bid = rid.encode()
+            lifecycle, head, tail = (x.replace(_ID_STAND_IN, bid) for x in around)
         return [lifecycle, events, head + output + tail]
 
 
 _ID_STAND_IN = b"resp_\\u0000"  # what the encoder makes of a NUL in the id: no id looks like it
 
 
-@functools.lru_cache(maxsize=256)
-def _around(created: int, model: str, parallel: bool, prompt_tokens: int, completion_tokens: int, seq: int) -> tuple[bytes, bytes, bytes] | None:
-    """The lifecycle events and the halves of response.completed around its
-    output, with a stand-in for the response's id: the JSON of the response
-    object is the same for every response of one second, model and size, and
-    encoding it three times was half of the dialect's cost per reply. None
-    when the model's name holds the stand-in."""
+def _around_frames(rid: str, created: int, model: str, parallel: bool, prompt_tokens: int, completion_tokens: int, seq: int) -> tuple[bytes, bytes, bytes]:
+    """The lifecycle events, and response.completed split where its output goes."""
     r = _Response.__new__(_Response)
-    r.id, r.created, r.model, r.parallel, r.prompt_tokens, r.seq = "resp_\x00", created, model, parallel, prompt_tokens, 0
+    r.id, r.created, r.model, r.parallel, r.prompt_tokens, r.seq = rid, created, model, parallel, prompt_tokens, 0
     lifecycle = r.lifecycle("response.created") + r.lifecycle("response.in_progress")
     r.seq = seq
     head, tail = r.completed_around(completion_tokens)
-    parts = lifecycle.encode(), head.encode(), tail.encode()
-    if b"".join(parts).count(_ID_STAND_IN) != 3:
-        return None
-    return parts
+    return lifecycle.encode(), head.encode(), tail.encode()
+
+
+@functools.lru_cache(maxsize=256)
+def _around(created: int, model: str, parallel: bool, prompt_tokens: int, completion_tokens: int, seq: int) -> tuple[bytes, bytes, bytes] | None:
+    """_around_frames with a stand-in for the response's id: the JSON of the
+    response object is the same for every response of one second, model and
+    size, and encoding it three times was half of the dialect's cost per
+    reply. None when the model's name holds the stand-in."""
+    parts = _around_frames("resp_\x00", created, model, parallel, prompt_tokens, completion_tokens, seq)
+    return parts if b"".join(parts).count(_ID_STAND_IN) == 3 else None
 
 
 class _Response:
