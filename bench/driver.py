@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.launcher import read_line  # noqa: E402
+from harness.sandbox.launcher import read_line  # noqa: E402
 
 TARGET_RATIO = 0.5
 TOKEN = "bench"

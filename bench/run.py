@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from harness.launcher import read_line  # noqa: E402
+from harness.sandbox.launcher import read_line  # noqa: E402
 from mock.markers import build_plan, compose, parse_text_verdict  # noqa: E402
 
 OUT = ROOT / "bench" / "out"

@@ -1,14 +1,14 @@
 """`python -m harness` and the `kstress` console script. The signal edge is
-installed before anything else is imported (harness/edge.py)."""
+installed before anything else is imported (harness/cli/edge.py)."""
 
-from .edge import EDGE, Interrupt, interrupted
+from .cli.edge import EDGE, Interrupt, interrupted
 
 EDGE.install()
 
 
 def main() -> None:
     try:
-        from .cli import main as cli_main
+        from .cli.commands import main as cli_main
 
         cli_main()
     except Interrupt as exc:  # a signal before a run started: during imports, or parsing

@@ -8,13 +8,13 @@ import _bootstrap  # noqa: E402
 
 _bootstrap.ensure()
 
-from harness.edge import EDGE, Interrupt, interrupted  # noqa: E402
+from harness.cli.edge import EDGE, Interrupt, interrupted  # noqa: E402
 
 EDGE.install()  # signals handled from here on, before the heavier imports
 
 if __name__ == "__main__":
     try:
-        from harness.cli import main_with
+        from harness.cli.commands import main_with
 
         main_with(sys.argv[1:], "sessionstress.py", "sessions")
     except Interrupt as exc:  # a signal during the imports

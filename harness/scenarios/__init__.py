@@ -1,6 +1,6 @@
 """The scenario registry: one table the CLI, the runner's callers and
 `kstress report` read. Adding a scenario = one module that defines a
-``SCENARIO`` (harness.runner.Scenario) + one line here."""
+``SCENARIO`` (harness.scenarios.runner.Scenario) + one line here."""
 
 from __future__ import annotations
 
@@ -10,9 +10,15 @@ from pathlib import Path
 import psutil
 
 from ..errors import UsageError
-from ..results import read_run
-from ..runner import RunResult, Scenario, all_checks, recompute, verdict_of
-from ..sut import Access, Target
+from ..results.comparison import Comparison
+from ..results.comparison import compare_runs as compare_stored
+from ..results.comparison import refusals as stored_refusals
+from ..results.rundir import read_run
+from ..results.stats import ALPHA, MIN_EFFECT
+from .runner import RunResult, Scenario, all_checks, recompute, verdict_of
+from ..sandbox.sut import Access, Target
+from .options import CONNECT_TIMEOUT_S, flags_of
+from .runner import SOURCE
 from . import abtest, batch, cmp, findmax, hold, sessions, stress
 from .abtest import AbtestSettings, run_abtest
 from .batch import BatchSettings, run_batch
@@ -22,6 +28,8 @@ from .sessions import SessionsSettings, run_sessions
 from .stress import StressSettings, run_stress
 
 REGISTRY: dict[str, Scenario] = {m.SCENARIO.name: m.SCENARIO for m in (stress, batch, abtest, cmp, hold, sessions, findmax)}
+# what `kstress compare` compares of each scenario's runs: its entry's own spec
+COMPARE = {name: sc.compare for name, sc in REGISTRY.items()}
 
 
 def scenario(name: str) -> Scenario:
@@ -29,6 +37,17 @@ def scenario(name: str) -> Scenario:
         return REGISTRY[name]
     except KeyError:
         raise UsageError(f"scenario {name!r} is unknown; known: {', '.join(REGISTRY)}") from None
+
+
+def compare_runs(old_dir: Path, new_dir: Path, alpha: float = ALPHA, min_effect: float = MIN_EFFECT) -> Comparison:
+    """`kstress compare OLD_RUN NEW_RUN`: the mechanics (harness/results/comparison.py)
+    with each scenario's own rows."""
+    return compare_stored(old_dir, new_dir, COMPARE, alpha, min_effect)
+
+
+def refusals(old: dict, new: dict) -> tuple[list[str], list[str]]:
+    """Why two run.json documents cannot be compared, and notes on what may differ."""
+    return stored_refusals(old, new, COMPARE)
 
 
 def rerender(path: Path) -> str:
@@ -51,11 +70,11 @@ def render_as(path: Path, fmt: str) -> str:
         (path / "report.md").write_text(text)
         return text
     if fmt == "html":
-        from ..htmlreport import render_html
+        from ..results.htmlreport import render_html
 
         return render_html(view, rows or [], text, path)
     if fmt == "prom":
-        from ..promexport import render_prom
+        from ..results.promexport import render_prom
 
         return render_prom({**view, "run_name": path.name}, rows or [])
     keys = ("schema", "scenario", "status", "passed", "exit_code", "error", "started", "duration_s", "settings", "summary", "checks", "notes")
@@ -106,8 +125,12 @@ def _why_still_running(doc: dict) -> str:
 
 __all__ = [
     "AbtestSettings",
+    "CONNECT_TIMEOUT_S",
+    "SOURCE",
+    "flags_of",
     "Access",
     "BatchSettings",
+    "COMPARE",
     "CmpSettings",
     "HoldSettings",
     "REGISTRY",
@@ -116,7 +139,10 @@ __all__ = [
     "StressSettings",
     "Target",
     "all_checks",
+    "compare_runs",
     "recompute",
+    "refusals",
+    "render_as",
     "rerender",
     "run_abtest",
     "run_batch",

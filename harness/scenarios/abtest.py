@@ -23,15 +23,16 @@ from typing import Any, Sequence
 
 from mock.markers import MS_MAX, build_plan
 
-from ..contract import Contract
+from ..judge.contract import Contract
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..report import checks_section, fmt_ms, fmt_num, header
-from ..results import Check
-from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
-from ..stats import bootstrap_median, bootstrap_ratio, stability_warnings
-from ..sut import Access, Target
-from ..verdict import is_timing_sample
+from .options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..results.report import checks_section, fmt_ms, fmt_num, header
+from ..results.comparison import SHAPE, CompareSpec, RunPair, sample_row
+from ..results.rundir import Check
+from .runner import Run, RunResult, Scenario, run_scenario, settings_json
+from ..results.stats import bootstrap_median, bootstrap_ratio, stability_warnings
+from ..sandbox.sut import Access, Target
+from ..judge.verdict import is_timing_sample
 from .common import check_batch_sizes, ints
 from .seq import Sequential
 
@@ -268,6 +269,59 @@ def render_abtest(doc: dict[str, Any], s: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def speedup_rows(old: list[dict[str, Any]], new: list[dict[str, Any]], ns: list[int], baseline: str, s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per N: the speedup, one sample per round (a round whose serial control
+    overlapped is refused), and the concurrent arm's tool phase."""
+    out = []
+    for n in ns:
+        samples, notes = {}, {}
+        tool = {}
+        for v, rows in (("old", old), ("new", new)):
+            rs = [r for r in rows if r.get("kind") == "abtest" and r.get("n") == n]
+            sp, bad = round_speedups(rs, baseline)
+            samples[v] = sp
+            if bad:
+                notes[v] = f"unmeasurable: the serial control ran concurrently in {bad} round(s)"
+            tool[v] = [r["tool_ms"] / 1000 for r in rs if r.get("arm") == "concurrent" and is_timing_sample(r)]
+        row = sample_row(f"speedup N={n}", f"serial/concurrent tool phase per round (baseline {baseline}), higher is better", "x", samples, s, higher_is_better=True)
+        for v, note in notes.items():
+            if row.get(v) is not None:
+                row[v], row[f"{v}_note"] = None, note
+                row.update(verdict="worse" if v == "new" and "old" not in notes else "unmeasurable", p=None, change=None, reason=f"{v.upper()}: {note}")
+        out.append(row)
+        out.append(sample_row(f"tool phase N={n}", f"!slowbatch{n} tool phase, concurrent arm, lower is better", "s", tool, s, higher_is_better=False))
+    return out
+
+
+def round_speedups(rs: list[dict[str, Any]], baseline: str) -> tuple[list[float], int]:
+    """One speedup per round (as cmp's concurrency dimension): serial over
+    concurrent tool time of the same round, or, with baseline sum, a turn's
+    summed call durations over their span. And the rounds whose serial
+    control overlapped (its speedup is refused)."""
+    if baseline == "sum":
+        ok = [r for r in rs if r.get("arm") == "concurrent" and is_timing_sample(r) and r.get("tool_sum_ms") and r.get("tool_span_ms")]
+        return [r["tool_sum_ms"] / r["tool_span_ms"] for r in ok], 0
+    by_round: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in rs:
+        if isinstance(r.get("round"), int):
+            by_round.setdefault(r["round"], {})[r.get("arm", "")] = r
+    out, bad = [], 0
+    for arms in by_round.values():
+        c, sr = arms.get("concurrent"), arms.get("serial")
+        if sr is not None and sr.get("overlap") is not None and sr["overlap"] > 1:
+            bad += 1
+        if c and sr and is_timing_sample(c) and is_timing_sample(sr) and c["tool_ms"]:
+            out.append(sr["tool_ms"] / c["tool_ms"])
+    return out, bad
+
+
+def compare_rows(pair: RunPair, s: dict[str, Any]) -> list[dict[str, Any]]:
+    """`kstress compare` of two abtest runs, after the pass rate: per N, the
+    speedup (one sample per round) and the concurrent arm's tool phase."""
+    st = pair.old_run.doc.get("settings") or {}
+    return speedup_rows(pair.old, pair.new, list(st.get("ns") or ()), st.get("baseline_used") or "kernel", s)
+
+
 SCENARIO = Scenario(
     name="abtest",
     help="Concurrency speedup: !slowbatchN vs !serialbatchN, interleaved.",
@@ -277,4 +331,11 @@ SCENARIO = Scenario(
     checks=abtest_checks,
     render=render_abtest,
     to_json=_settings_json,
+    compare=CompareSpec(
+        kinds=("abtest",),
+        must_match={"ns": "the batch sizes are the rows", "tool_ms_effective": "the tools' sleep sets the times and the speedup's bound",
+                    "baseline_used": "the serial time is measured another way (kernel control, control launch, or sum)",
+                    "timeout_s": SHAPE["timeout_s"], "connect_timeout_s": SHAPE["connect_timeout_s"]},
+        rows=compare_rows,
+    ),
 )

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..report import checks_section, fmt_ms, fmt_pct, header
-from ..results import Check
-from ..runner import Run, RunResult, Scenario, run_scenario
-from ..sut import Access, Target
-from ..verdict import SCHEDULE_FAILURES
+from .options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..results.report import checks_section, fmt_ms, fmt_pct, header
+from ..results.comparison import SHAPE, CompareSpec, RunPair, by_marker, passed_latency, sample_row
+from ..results.rundir import Check
+from .runner import Run, RunResult, Scenario, run_scenario
+from ..sandbox.sut import Access, Target
+from ..judge.verdict import SCHEDULE_FAILURES
 from .common import check_batch_sizes, ints
 from .seq import Sequential
 
@@ -156,6 +157,21 @@ def render_batch(doc: dict[str, Any], s: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def compare_rows(pair: RunPair, s: dict[str, Any]) -> list[dict[str, Any]]:
+    """`kstress compare` of two batch runs, after the pass rate: per marker,
+    the tool phase and the latency of the passed turns."""
+    rows = []
+    bo, bn = by_marker(pair.old), by_marker(pair.new)
+    for m in sorted(set(bo) | set(bn)):
+        ro, rn = bo.get(m, []), bn.get(m, [])
+        tool = {v: [r["tool_ms"] / 1000 for r in rs if r.get("passed") and r.get("tool_ms") is not None] for v, rs in (("old", ro), ("new", rn))}
+        if tool["old"] or tool["new"]:
+            rows.append(sample_row(f"tool phase {m}", "passed turns, lower is better", "s", tool, s, higher_is_better=False))
+        rows.append(sample_row(f"latency {m}", "passed turns, lower is better", "s", {"old": passed_latency(ro), "new": passed_latency(rn)}, s,
+                               higher_is_better=False))
+    return rows
+
+
 SCENARIO = Scenario(
     name="batch",
     help="!batchN, !mixedN, !slowbatchN with full verification.",
@@ -164,4 +180,10 @@ SCENARIO = Scenario(
     summarize=summarize_batch,
     checks=batch_checks,
     render=render_batch,
+    compare=CompareSpec(
+        kinds=("batch",),
+        must_match={"ns": "the batch sizes are the marker set", "kinds": "the batch kinds are the marker set",
+                    "timeout_s": SHAPE["timeout_s"], "connect_timeout_s": SHAPE["connect_timeout_s"]},
+        rows=compare_rows,
+    ),
 )

@@ -23,17 +23,18 @@ from typing import Any, Sequence
 
 from mock.markers import DEFAULT_TOOL_MS, N_MAX
 
-from ..client import ConnError
+from ..wire.client import ConnError
 from ..errors import UsageError
-from ..launcher import LaunchSettings
-from ..options import arg, check_timeouts, connect_opt, contract_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..report import checks_section, fmt_ms, fmt_num, header
-from ..results import Check
-from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
-from ..stats import ALPHA, MIN_EFFECT, compare
-from ..sut import Access, Target
-from ..verdict import is_timing_sample
-from ..target import TargetSpec, load_target, spec_from_command
+from ..sandbox.launcher import LaunchSettings
+from .options import arg, check_timeouts, connect_opt, contract_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..results.report import checks_section, fmt_ms, fmt_num, header
+from ..results.rundir import Check
+from .runner import Run, RunResult, Scenario, run_scenario, settings_json
+from ..results.comparison import CompareSpec, verdict_row
+from ..results.stats import ALPHA, MIN_EFFECT
+from ..sandbox.sut import Access, Target
+from ..judge.verdict import is_timing_sample
+from ..sandbox.target import TargetSpec, load_target, spec_from_command
 from .abtest import BASELINES, resolve_baseline
 from .seq import Sequential
 
@@ -153,47 +154,6 @@ def _dim_rate(rows: list[dict[str, Any]], s: dict[str, Any], dim: str, metric: s
         if not rs:
             notes[v] = "unmeasurable: no inputs recorded"
     return verdict_row(out, samples, notes, s, higher_is_better=True, rate=True)
-
-
-def verdict_row(out: dict[str, Any], samples: dict[str, list[float]], notes: dict[str, str], s: dict[str, Any], *, higher_is_better: bool, rate: bool = False,
-                missing_new_is_worse: bool = True) -> dict[str, Any]:
-    """One row's verdict from OLD's and NEW's samples (``notes``: why a side
-    is unmeasurable), with ``s['alpha']`` and ``s['min_effect']``; cmp's
-    dimensions and `kstress compare`'s rows both go through here."""
-    for v in ("old", "new"):
-        xs = samples[v]
-        if v in notes:
-            out[v] = None
-            out[f"{v}_note"] = notes[v]
-        else:
-            out[v] = (sum(xs) / len(xs)) if rate else statistics.median(xs)
-        out[f"{v}_n"] = len(xs)
-    if notes:
-        if "new" in notes and "old" not in notes and missing_new_is_worse:
-            out.update(verdict="worse", p=None, change=None, reason=f"NEW is {notes['new']} while OLD was measured")
-        else:
-            out.update(verdict="unmeasurable", p=None, change=None, reason="; ".join(f"{k.upper()}: {m}" for k, m in notes.items()))
-        out["warnings"] = []
-        return out
-    if rate:
-        # proportions: the test on the 0/1 outcomes gives p; the direction and
-        # the minimum effect are the difference of the rates, in percentage
-        # points (the medians of 0/1 samples are 0 or 1: 60% -> 100% has no
-        # median change, and read as one it came out "worse")
-        c = compare(out["name"], samples["old"], samples["new"], higher_is_better=higher_is_better, alpha=s["alpha"], min_effect=0.0)
-        diff = out["new"] - out["old"]
-        if c.p is None or c.p >= s["alpha"]:
-            verdict, reason = "same", f"not significant (p={c.p:.3g} >= {s['alpha']})" if c.p is not None else "no test"
-        elif abs(diff) < s["min_effect"]:
-            verdict, reason = "same", f"difference {diff * 100:+.1f} pts below the {s['min_effect'] * 100:.0f}-point minimum effect"
-        else:
-            verdict = "better" if (diff > 0) == higher_is_better else "worse"
-            reason = f"p={c.p:.3g}, change {diff * 100:+.1f} pts"
-        out.update(verdict=verdict, p=c.p, change=diff, reason=reason, warnings=[])
-        return out
-    c = compare(out["name"], samples["old"], samples["new"], higher_is_better=higher_is_better, alpha=s["alpha"], min_effect=s["min_effect"])
-    out.update(verdict=c.verdict, p=c.p, change=c.change, reason=c.reason, warnings=list(c.warnings))
-    return out
 
 
 def summarize_cmp(rows: list[dict[str, Any]], s: dict[str, Any], extras: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -344,4 +304,5 @@ SCENARIO = Scenario(
     render=render_cmp,
     to_json=_settings_json,
     access=False,
+    compare=CompareSpec(refused="a cmp run is already OLD against NEW, interleaved; compare two stress, sessions, batch or abtest runs instead"),
 )

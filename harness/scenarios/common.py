@@ -1,40 +1,25 @@
 """What several scenarios share beyond the runner: the system under test
-(re-exported from harness.sut) and the check of a batch-size list."""
+(re-exported from harness.sandbox.sut) and the check of a batch-size list."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from mock.markers import N_MAX, N_MIN
 
 from ..errors import UsageError
-from ..report import fmt_ms, fmt_num, fmt_pct
-from ..results import Check
-from ..runner import Progress, Run, RunResult
-from ..stats import summarize
-from ..sut import Access, Target
-from ..thresholds import LATENCY_PS, latency_stats, span_s
-from ..verdict import failure_name
+from ..results.report import fmt_ms, fmt_num, fmt_pct
+from ..results.rundir import Check
+from .runner import Progress, Run, RunResult
+from ..results.stats import summarize
+from ..sandbox.sut import Access, Target
+from ..results.thresholds import LATENCY_PS, latency_stats, span_s
+from ..judge.verdict import failure_counts
 
 # what a kernel's entry in extras["kernels"] may carry beside its name, copied to summary.kernels[]
 KERNEL_EXTRAS = ("weight", "conns", "sessions")
 
 __all__ = ["Access", "Progress", "Run", "RunResult", "Target", "check_batch_sizes", "failure_counts", "ints", "kernel_checks", "kernel_sections", "kernel_summaries", "level_stats"]
-
-
-def failure_counts(rows: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
-    """Failed rows by the name of their first failure, without its numbers
-    (`count 1/4` and `count 3/4` are one `count` row), and the first full
-    reason of each as an example."""
-    failures: Counter[str] = Counter()
-    examples: dict[str, str] = {}
-    for r in rows:
-        name = failure_name(r)
-        if name is not None:
-            failures[name] += 1
-            examples.setdefault(name, r["failures"][0])
-    return dict(sorted(failures.items())), dict(sorted(examples.items()))
 
 
 def level_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -28,16 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..client import ConnError, KernelClient
+from ..wire.client import ConnError, KernelClient
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header
-from ..results import Check
-from ..runner import Run, RunResult, Scenario, run_scenario
-from ..shapes import DURATION_HELP, duration_parser
-from ..kernels import check_split
-from ..sut import Access, kernel_targets
-from ..thresholds import evaluate, parse_thresholds
+from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header
+from ..results.comparison import CompareSpec
+from ..results.rundir import Check
+from .runner import Run, RunResult, Scenario, run_scenario
+from ..load.shapes import DURATION_HELP, duration_parser
+from ..load.kernels import check_split
+from ..sandbox.sut import Access, kernel_targets
+from ..results.thresholds import evaluate, parse_thresholds
 from .common import failure_counts, kernel_sections, kernel_summaries, level_stats
 from .stress import ARRIVALS, DEFAULT_MIX, MIX_HELP, StressSettings, _Load, parse_mix
 
@@ -382,4 +383,5 @@ SCENARIO = Scenario(
     checks=findmax_checks,
     render=render_findmax,
     kernels=True,
+    compare=CompareSpec(refused="a findmax run yields one maximum level per run: there is no sample to test; compare two stress runs at the level you care about"),
 )

@@ -19,13 +19,14 @@ from typing import Any
 
 import psutil
 
-from ..client import ConnError, KernelClient
+from ..wire.client import ConnError, KernelClient
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..report import checks_section, header
-from ..results import Check
-from ..runner import Run, RunResult, Scenario, run_scenario
-from ..sut import Access, Target
+from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..results.report import checks_section, header
+from ..results.comparison import CompareSpec
+from ..results.rundir import Check
+from .runner import Run, RunResult, Scenario, run_scenario
+from ..sandbox.sut import Access, Target
 
 FD_RESERVE = 256  # descriptors the process needs besides the connections
 
@@ -164,4 +165,5 @@ SCENARIO = Scenario(
     checks=hold_checks,
     render=render_hold,
     threshold_rows=lambda rows: rows,  # hold's probes are its turns
+    compare=CompareSpec(refused="a hold run measures one count per run (connections held, memory per connection): there is no sample to test"),
 )

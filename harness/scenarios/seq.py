@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client import ConnError, KernelClient
-from ..runner import Run
-from ..sut import Target
-from ..verdict import TurnVerdict
+from ..wire.client import ConnError, KernelClient
+from .runner import Run
+from ..sandbox.sut import Target
+from ..judge.verdict import TurnVerdict
 
 
 class Sequential:

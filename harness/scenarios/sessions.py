@@ -34,19 +34,20 @@ import psutil
 from mock.errors import MarkerError
 from mock.markers import build_plan, session_nonce
 
-from ..client import ConnError, KernelClient
+from ..wire.client import ConnError, KernelClient
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
-from ..results import Check
-from ..runner import Run, RunResult, Scenario, run_scenario, settings_json
-from ..stats import summarize
-from ..thresholds import LATENCY_PS, latency_by_marker, throughput_windows
-from ..kernels import check_split, schedule, split
-from ..shapes import DURATION_HELP, Ramp, duration_parser, follow_level, parse_stages
-from ..sut import Access, Target, kernel_targets
+from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
+from ..results.comparison import SHAPE, CompareSpec
+from ..results.rundir import Check
+from .runner import Run, RunResult, Scenario, run_scenario, settings_json
+from ..results.stats import summarize
+from ..results.thresholds import LATENCY_PS, latency_by_marker, throughput_windows
+from ..load.kernels import check_split, schedule, split
+from ..load.shapes import DURATION_HELP, Ramp, duration_parser, follow_level, parse_stages
+from ..sandbox.sut import Access, Target, kernel_targets
 from .common import failure_counts, kernel_checks, kernel_sections, kernel_summaries
-from .stress import check_shape, parse_mix, stage_section, stage_table
+from .stress import MIX_MATTERS, check_shape, load_compare_rows, mix_key, parse_mix, stage_section, stage_table
 
 DEFAULT_MIX = "text:3,!batch2:1"
 MAX_TURNS = 1_000_000
@@ -379,4 +380,12 @@ SCENARIO = Scenario(
     render=render_sessions,
     to_json=_settings_json,
     kernels=True,
+    compare=CompareSpec(
+        kinds=("session",),
+        must_match={"mix": MIX_MATTERS, **SHAPE,
+                    "sessions": "the number of concurrent sessions is the load level", "turns": "history length grows with the turns",
+                    "reconnect": "resuming sessions elsewhere is another workload"},
+        rows=lambda pair, s: load_compare_rows(pair, s, resources=False),
+        normalize={"mix": mix_key},
+    ),
 )

@@ -24,18 +24,19 @@ from typing import Any, Callable
 from mock.errors import MarkerError
 from mock.markers import build_plan
 
-from ..client import ConnError, KernelClient, new_nonce
+from ..wire.client import ConnError, KernelClient, new_nonce
 from ..errors import UsageError
-from ..options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
-from ..results import Check
-from ..runner import Run, RunResult, Scenario, run_scenario
-from ..sampler import Sampler
-from ..stats import summarize
-from ..thresholds import LATENCY_PS, latency_by_marker, span_s, throughput_windows
-from ..kernels import check_split, schedule
-from ..shapes import DURATION_HELP, MAX_RUN_S, Ramp, arrival_offsets, duration_parser, follow_level, parse_stages
-from ..sut import Access, Target, kernel_targets
+from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
+from ..results.comparison import SHAPE, CompareSpec, RunPair, latency_rows, load_span, resource_rows, throughput_row
+from ..results.rundir import Check
+from .runner import Run, RunResult, Scenario, run_scenario
+from ..load.sampler import Sampler
+from ..results.stats import summarize
+from ..results.thresholds import LATENCY_PS, latency_by_marker, span_s, throughput_windows
+from ..load.kernels import check_split, schedule
+from ..load.shapes import DURATION_HELP, MAX_RUN_S, Ramp, arrival_offsets, duration_parser, follow_level, parse_stages
+from ..sandbox.sut import Access, Target, kernel_targets
 from .common import failure_counts, kernel_checks, kernel_sections, kernel_summaries, level_stats
 
 DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
@@ -174,7 +175,7 @@ class _Load:
         self.target = target
         self.run = run
         # several kernels at once: connections (closed model) or inputs (open
-        # model) go to the kernels by weight (harness/kernels.py)
+        # model) go to the kernels by weight (harness/load/kernels.py)
         self.targets = targets or [target]
         self.weights = weights or (1.0,) * len(self.targets)
         self.conn_kernel = schedule(s.conns, self.weights) if len(self.targets) > 1 else [0] * s.conns
@@ -708,6 +709,29 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+MIX_MATTERS = "the marker mix decides what each turn asks of the kernel"
+
+
+def mix_key(spec: str) -> list[tuple[str, int]]:
+    """A mix as `kstress compare` matches it: the order of the items does not
+    matter, their weights do."""
+    return sorted(parse_mix(spec))
+
+
+def load_compare_rows(pair: RunPair, s: dict[str, Any], *, resources: bool) -> list[dict[str, Any]]:
+    """`kstress compare` of two load runs (stress, sessions), after the pass
+    rate: latency, all and per marker (and from the schedule in the open
+    model), throughput, and with ``resources`` the target's samples."""
+    old, new = pair.old, pair.new
+    rows = latency_rows(old, new, s)
+    if any(isinstance(r.get("scheduled_s"), (int, float)) for r in old + new):
+        rows.append(latency_rows(old, new, s, key="scheduled_s", label="latency from schedule")[0])
+    rows.append(throughput_row(old, new, s))
+    if resources:
+        rows += resource_rows(pair.old_dir, pair.new_dir, {"old": load_span(old), "new": load_span(new)}, s)
+    return rows
+
+
 SCENARIO = Scenario(
     name="stress",
     help="Many connections, a marker mix, every turn verified.",
@@ -717,4 +741,11 @@ SCENARIO = Scenario(
     checks=stress_checks,
     render=render_stress,
     kernels=True,
+    compare=CompareSpec(
+        kinds=("load", "interrupt"),
+        must_match={"mix": MIX_MATTERS, **SHAPE,
+                    "interrupts": "interrupt inputs compete with the load", "interrupt_marker": "interrupt inputs compete with the load"},
+        rows=lambda pair, s: load_compare_rows(pair, s, resources=True),
+        normalize={"mix": mix_key},
+    ),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.sandbox import processes_in
+from harness.sandbox.namespace import processes_in
 
 
 def namespace_gone(name: str | None, inode: int | None) -> bool:

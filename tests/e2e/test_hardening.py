@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.edge import Edge
+from harness.cli.edge import Edge
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

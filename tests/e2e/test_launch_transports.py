@@ -180,10 +180,10 @@ def test_readiness_over_tcp_and_a_target_that_never_listens(tmp_path):
 
 
 async def test_hold_10000_connections_over_tcp(tmp_path):
-    from harness.launcher import LaunchSettings
+    from harness.sandbox.launcher import LaunchSettings
     from harness.scenarios import Access
     from harness.scenarios.hold import HoldSettings, run_hold
-    from harness.target import spec_from_flags
+    from harness.sandbox.target import spec_from_flags
 
     access = Access(launch=LaunchSettings(target=replace(spec_from_flags(None), listen="tcp")))
     r = await run_hold(HoldSettings(conns=10_000, out=tmp_path, quiet=True), access)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import read_run
-from harness.runner import recompute
+from harness.results.rundir import read_run
+from harness.scenarios.runner import recompute
 from harness.scenarios import scenario
 
 from e2ehelpers import namespace_gone

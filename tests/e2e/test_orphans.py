@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.launcher import LaunchSettings
+from harness.sandbox.launcher import LaunchSettings
 from harness.scenarios import (
     AbtestSettings,
     Access,
@@ -24,7 +24,7 @@ from harness.scenarios import (
     run_hold,
     run_stress,
 )
-from harness.target import TargetSpec
+from harness.sandbox.target import TargetSpec
 
 pytestmark = pytest.mark.slow
 REFKERNEL = str(Path(sys.executable).with_name("refkernel"))

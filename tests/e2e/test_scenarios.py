@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.launcher import LaunchSettings
+from harness.sandbox.launcher import LaunchSettings
 from harness.scenarios import AbtestSettings, Access, CmpSettings, run_abtest, run_cmp
 from harness.scenarios.hold import HoldSettings, run_hold
-from harness.target import spec_from_flags
+from harness.sandbox.target import spec_from_flags
 
 from waiting import wait_until as wait_for
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 import pytest
 
-from harness import cli as kcli
-from harness.options import flags_of
+from harness.cli import commands as kcli
+from harness.scenarios.options import flags_of
 from harness.scenarios import REGISTRY
 
 REPO = Path(__file__).resolve().parents[2]

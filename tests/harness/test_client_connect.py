@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness.client import ConnError, open_unix
+from harness.wire.client import ConnError, open_unix
 from waiting import await_until
 
 

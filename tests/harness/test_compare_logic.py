@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import compare_runs, latency_rows, pass_rate_row, refusals, round_speedups, speedup_rows, throughput_row
+from harness.results.comparison import latency_rows, pass_rate_row, throughput_row, verdict_row
+from harness.scenarios import compare_runs, refusals
+from harness.scenarios.abtest import round_speedups, speedup_rows
 from harness.errors import UsageError
-from harness.scenarios.cmp import verdict_row
 
 S = {"alpha": 0.05, "min_effect": 0.05}
 

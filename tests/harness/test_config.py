@@ -5,10 +5,10 @@ import json
 import pytest
 
 from harness.errors import UsageError
-from harness.results import RunDir, load_run
+from harness.results.rundir import RunDir, load_run
 from harness.scenarios.abtest import AbtestSettings
 from harness.scenarios.stress import StressSettings, parse_mix
-from harness.target import TargetSpec, load_target, spec_from_command
+from harness.sandbox.target import TargetSpec, load_target, spec_from_command
 
 
 def test_parse_mix_weights_and_errors():
@@ -110,7 +110,7 @@ def test_scripts_read_as_programs_and_help_shows_the_real_default_mix():
 def test_an_empty_mix_is_an_error_not_the_default():
     from click.testing import CliRunner
 
-    from harness.cli import cli
+    from harness.cli.commands import cli
 
     r = CliRunner().invoke(cli, ["stress", "--mix", "", "--socket", "/nonexistent.sock"])
     assert r.exit_code != 0 and isinstance(r.exception, UsageError) and "is empty" in str(r.exception)

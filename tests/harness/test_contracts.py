@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.results import read_jsonl
+from harness.results.rundir import read_jsonl
 from harness.scenarios import AbtestSettings, BatchSettings, run_abtest, run_batch
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The bounds of failures.jsonl (harness/forensics.py): the first N of each
+"""The bounds of failures.jsonl (harness/judge/forensics.py): the first N of each
 failure name, a cap on names, and on frames per turn, per frame and per entry."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 
-from harness import forensics as fx
-from harness.forensics import Bounds, bounded_frames
+from harness.judge import forensics as fx
+from harness.judge.forensics import Bounds, bounded_frames
 
 
 

@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 
-from harness import cli as kcli
+from harness.cli import commands as kcli
 from harness.errors import UsageError
-from harness.kernels import check_split, check_weights, command_name, schedule, split, unique_names
-from harness.runner import orphan_checks
+from harness.load.kernels import check_split, check_weights, command_name, schedule, split, unique_names
+from harness.scenarios.runner import orphan_checks
 from harness.scenarios import REGISTRY
 from harness.scenarios.stress import render_stress, stress_checks, summarize_stress
 

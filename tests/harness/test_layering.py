@@ -1,8 +1,11 @@
 """The import rules of the house, checked on the source (every import,
 function-level ones included, since those are how a cycle hides):
 
+- the rooms of `harness` (docs/design-notes.md, "The map of the harness")
+  import one way: each only the rooms MAY_USE lists for it, and from another
+  room only the names its ``__init__`` lists (its public surface);
 - no import cycle inside `harness`;
-- `harness/report.py` imports nothing from `harness.scenarios`;
+- `harness/results/report.py` imports nothing from `harness.scenarios`;
 - the harness uses the mock's pure grammar modules (mock.markers, mock.catalog,
   mock.errors) and nothing else of it; the mock imports nothing of harness or
   refkernel; refkernel imports nothing of harness or mock.
@@ -98,6 +101,103 @@ def harness_graph() -> dict[str, set[str]]:
     return {m: {d for d in deps if d.startswith("harness") and not (m + ".").startswith(d + ".")} for m, deps in g.items() if m.startswith("harness")}
 
 
+# base: the package itself, the exception tree, the asyncio helpers
+BASE = {"harness", "harness.errors", "harness.aio"}
+# which room may import which: one direction, lowest first
+MAY_USE: dict[str, set[str]] = {
+    "base": set(),
+    "wire": {"base"},
+    "judge": {"base", "wire"},
+    "load": {"base"},
+    "results": {"base", "judge"},
+    "sandbox": {"base", "wire", "judge"},
+    "scenarios": {"base", "wire", "judge", "load", "results", "sandbox"},
+    "cli": {"base", "wire", "judge", "load", "results", "sandbox", "scenarios"},
+    "entry": {"base", "cli"},  # harness/__main__.py
+}
+
+
+def room(module: str) -> str:
+    if module in BASE:
+        return "base"
+    if module == "harness.__main__":
+        return "entry"
+    name = module.split(".")[1]
+    if name not in MAY_USE:
+        raise AssertionError(f"{module} is in no room: put it in one of {sorted(MAY_USE)} (or extend MAY_USE and the map in docs/design-notes.md)")
+    return name
+
+
+def wrong_arrows(g: dict[str, set[str]]) -> list[str]:
+    """Every import from a room into one it may not use."""
+    out = []
+    for m, deps in sorted(g.items()):
+        for d in sorted(deps):
+            if room(d) != room(m) and room(d) not in MAY_USE[room(m)]:
+                out.append(f"{m} -> {d} ({room(m)} may use {sorted(MAY_USE[room(m)]) or 'nothing'}, not {room(d)})")
+    return out
+
+
+def surface_of(package: str) -> dict[str, set[str]]:
+    """A room's public surface from its __init__: {submodule: names} of its
+    ``surface(__name__, {...})`` table, or {"": __all__} for an eager one."""
+    tree = ast.parse((REPO / package.replace(".", "/") / "__init__.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "surface":
+            return {k.value: {e.value for e in v.elts} for k, v in zip(node.args[1].keys, node.args[1].values)}
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return {"": {e.value for e in node.value.elts}}
+    raise AssertionError(f"{package}/__init__.py names no public surface")
+
+
+def private_uses() -> list[str]:
+    """Imports of another room's names that its __init__ does not list."""
+    out = []
+    for p in (REPO / "harness").rglob("*.py"):
+        me = module_name(p)
+        package = me if p.name == "__init__.py" else me.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            parts = mod.split(".")
+            if parts[0] != "harness" or mod in BASE or room(mod) in ("base", room(me)):
+                continue
+            pkg, sub = ".".join(parts[:2]), ".".join(parts[2:])
+            table = surface_of(pkg)
+            listed = table.get("", set()) | (table.get(sub, set()) if sub else set().union(*table.values()))
+            for a in node.names:
+                if a.name not in listed:
+                    out.append(f"{p.relative_to(REPO)}:{node.lineno}: {a.name} from {mod} is not on {pkg}'s surface ({pkg.replace('.', '/')}/__init__.py)")
+    return out
+
+
+def test_rooms_import_one_way():
+    assert wrong_arrows(harness_graph()) == []
+
+
+def test_the_room_rule_catches_an_upward_import():
+    """The check can fail: the wire importing a scenario, or results reaching
+    into the sandbox, is named."""
+    g = harness_graph()
+    g["harness.wire.client"] = g["harness.wire.client"] | {"harness.scenarios.stress"}
+    g["harness.results.report"] = g["harness.results.report"] | {"harness.sandbox.launcher"}
+    assert wrong_arrows(g) == [
+        "harness.results.report -> harness.sandbox.launcher (results may use ['base', 'judge'], not sandbox)",
+        "harness.wire.client -> harness.scenarios.stress (wire may use ['base'], not scenarios)",
+    ]
+
+
+def test_every_room_names_its_surface_and_is_used_through_it():
+    for pkg in sorted({".".join(m.split(".")[:2]) for m in harness_graph() if room(m) not in ("base", "entry")}):
+        assert surface_of(pkg), pkg
+    assert private_uses() == []
+
+
 def test_no_import_cycle_in_harness():
     assert cycles(harness_graph()) == []
 
@@ -109,7 +209,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_report_imports_nothing_from_scenarios():
-    deps = imports_of(REPO / "harness" / "report.py")
+    deps = imports_of(REPO / "harness" / "results" / "report.py")
     assert not {d for d in deps if d.startswith("harness.scenarios")}, deps
 
 
@@ -134,3 +234,5 @@ def test_the_mock_and_refkernel_stand_alone():
 if __name__ == "__main__":
     found = cycles(harness_graph())
     print(f"harness modules: {len(harness_graph())}; import cycles: {found or 'none'}")
+    print("arrows against the rooms' order:", wrong_arrows(harness_graph()) or "none")
+    print("names used past a room's surface:", private_uses() or "none")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.state import SandboxState, read_state
-from harness.target import REFKERNEL_ARGV, TargetSpec, load_target, refkernel_spec, spec_from_flags
-from harness.transport import Address
+from harness.sandbox.state import SandboxState, read_state
+from harness.sandbox.target import REFKERNEL_ARGV, TargetSpec, load_target, refkernel_spec, spec_from_flags
+from harness.wire.transport import Address
 
 VALUES = {
     "bin": "/k", "socket": "/run/k.sock", "llm_url": "http://127.0.0.1:9/v1", "data_dir": "/d", "token": "T",

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from harness.scenarios import AbtestSettings, BatchSettings, StressSettings, run_abtest, run_batch, run_stress
-from harness.results import read_jsonl
+from harness.results.rundir import read_jsonl
 
 pytestmark = pytest.mark.slow
 # the whole suite runs on each LLM API the reference kernel speaks

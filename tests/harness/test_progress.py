@@ -2,7 +2,7 @@
 
 import io
 
-from harness.runner import Progress
+from harness.scenarios.runner import Progress
 
 
 class Tty(io.StringIO):
@@ -35,7 +35,7 @@ async def test_progress_is_silent_when_quiet_or_not_a_tty():
 def test_progress_p50_covers_the_whole_run_in_bounded_memory():
     import random
 
-    from harness.stats import percentile
+    from harness.results.stats import percentile
 
     rng = random.Random(3)
     xs = [rng.lognormvariate(-2, 0.5) for _ in range(20000)]

@@ -2,7 +2,7 @@
 
 import subprocess
 
-from harness.launcher import read_line
+from harness.sandbox.launcher import read_line
 
 
 def _run(argv: list[str], timeout_s: float, **kw) -> str | None:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import cli, scenario_command
+from harness.cli.commands import cli, scenario_command
 from harness.errors import UsageError
 from harness.scenarios import REGISTRY
-from harness.scenfile import load
+from harness.cli.scenfile import load
 
 pytestmark = pytest.mark.fast
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness.runner import all_checks, orphan_checks, partial_summary, settings_json
+from harness.scenarios.runner import all_checks, orphan_checks, partial_summary, settings_json
 from harness.scenarios import REGISTRY, AbtestSettings, BatchSettings, CmpSettings, HoldSettings, SessionsSettings, StressSettings
 from harness.scenarios.findmax import FindmaxSettings
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.contract import Contract
-from harness.verdict import schedule
+from harness.judge.contract import Contract
+from harness.judge.verdict import schedule
 from mock.markers import build_plan
 
 MS = 1_000_000

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.results import read_jsonl
+from harness.results.rundir import read_jsonl
 from harness.scenarios import BatchSettings, SessionsSettings, StressSettings, run_batch, run_sessions, run_stress
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 from harness.errors import UsageError
 from harness.scenarios.sessions import SessionsSettings
 from harness.scenarios.stress import StressSettings, stress_checks, summarize_stress
-from harness.shapes import Ramp, Stage, arrival_offsets, follow_level, parse_duration, parse_stage, parse_stages
+from harness.load.shapes import Ramp, Stage, arrival_offsets, follow_level, parse_duration, parse_stage, parse_stages
 
 pytestmark = pytest.mark.fast
 

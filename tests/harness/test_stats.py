@@ -1,11 +1,11 @@
-"""harness.stats: numbers kstress prints must be defensible."""
+"""harness.results.stats: numbers kstress prints must be defensible."""
 
 import math
 import random
 
 import pytest
 
-from harness import stats
+from harness.results import stats
 
 
 def test_percentile_is_nearest_rank_and_an_observed_value():

@@ -7,9 +7,9 @@ import io
 
 import pytest
 
-from harness.kcli import Endpoint, shell
-from harness.protocol import Protocol
-from harness.results import read_jsonl
+from harness.cli.kcli import Endpoint, shell
+from harness.wire.protocol import Protocol
+from harness.results.rundir import read_jsonl
 from harness.scenarios import StressSettings, run_stress
 
 pytestmark = pytest.mark.slow

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.results import read_jsonl
+from harness.results.rundir import read_jsonl
 from harness.scenarios import AbtestSettings, BatchSettings, HoldSettings, StressSettings, run_abtest, run_batch, run_hold, run_stress
-from harness.verdict import judge
-from harness.client import Turn
+from harness.judge.verdict import judge
+from harness.wire.client import Turn
 from mock.markers import build_plan
 
 pytestmark = pytest.mark.slow

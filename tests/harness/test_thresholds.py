@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import UsageError
-from harness.thresholds import (
+from harness.results.thresholds import (
     evaluate,
     fmt_value,
     latency_by_marker,

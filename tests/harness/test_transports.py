@@ -1,6 +1,6 @@
-"""The transports to a kernel (harness/transport.py, harness/wsconn.py): the
+"""The transports to a kernel (harness/wire/transport.py, harness/wire/wsconn.py): the
 --socket forms, the TCP connect taxonomy, the bounds and failure reasons of
-harness/client.py over TCP and a WebSocket (flood, protocol errors, reset, a
+harness/wire/client.py over TCP and a WebSocket (flood, protocol errors, reset, a
 peer that never reads), a custom adapter over a WebSocket, and the sandbox
 connector's client against a connector on the host. No namespaces here: the
 connector inside a sandbox is tests/harness/sandbox, launched kernels
@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from harness.client import READ_LIMIT, KernelClient
+from harness.wire.client import READ_LIMIT, KernelClient
 from harness.errors import ConnectorGone, UsageError
-from harness.protocol import FrameKind, Protocol, ProtocolError
-from harness.transport import DIAL_INFLIGHT, Address, ConnError, Dialer, open_tcp, parse_address
+from harness.wire.protocol import FrameKind, Protocol, ProtocolError
+from harness.wire.transport import DIAL_INFLIGHT, Address, ConnError, Dialer, open_tcp, parse_address
 from waiting import await_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -390,7 +390,7 @@ async def test_a_custom_adapter_composes_with_the_ws_transport():
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     try:
-        from harness.verdict import judge
+        from harness.judge.verdict import judge
         from mock.markers import build_plan
 
         async with KernelClient(f"ws://127.0.0.1:{runner.addresses[0][1]}/op", "tok", OpProtocol(), connect_timeout_s=5) as c:
@@ -416,9 +416,9 @@ def test_the_default_message_framing():
 
 @contextlib.asynccontextmanager
 async def connector_to(port: int, tmp_path: Path):
-    """harness.connector on the host (no namespace), connecting to 127.0.0.1:PORT."""
+    """harness.sandbox.connector on the host (no namespace), connecting to 127.0.0.1:PORT."""
     path = tmp_path / "c.sock"
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "harness.connector", "--unix", str(path), "--port", str(port),
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "harness.sandbox.connector", "--unix", str(path), "--port", str(port),
                                                 cwd=REPO, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE)
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), 20)
@@ -511,7 +511,7 @@ async def test_a_full_backlog_through_the_connector_is_named(tmp_path):
 
 EMFILE_PROG = r"""
 import asyncio, json, resource, sys, time
-from harness.transport import Address, ConnError, Dialer
+from harness.wire.transport import Address, ConnError, Dialer
 async def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     addr = Address("tcp", host="127.0.0.1", port=int(sys.argv[2]), via=sys.argv[1])

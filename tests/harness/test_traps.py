@@ -9,11 +9,11 @@ import socket
 
 import pytest
 
-from harness.client import KernelClient
-from harness.protocol import Protocol
-from harness.results import read_jsonl
+from harness.wire.client import KernelClient
+from harness.wire.protocol import Protocol
+from harness.results.rundir import read_jsonl
 from harness.scenarios import AbtestSettings, Access, StressSettings, run_abtest, run_stress
-from harness.verdict import judge
+from harness.judge.verdict import judge
 from mock.markers import build_plan
 
 pytestmark = pytest.mark.slow

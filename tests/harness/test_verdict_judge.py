@@ -1,10 +1,10 @@
-"""harness.verdict.judge: every way a turn can fail has a name; a turn whose
+"""harness.judge.verdict.judge: every way a turn can fail has a name; a turn whose
 tools did not run is never a pass and never a timing sample."""
 
 import json
 
-from harness.client import Turn
-from harness.verdict import judge
+from harness.wire.client import Turn
+from harness.judge.verdict import judge
 from mock import DEFAULT_CATALOG
 from mock.markers import build_plan, compose
 from mock.verdict import check, verdict_text
@@ -117,7 +117,7 @@ def test_verdict_json_round_trip():
 
 def test_to_json_has_every_field_of_the_verdict():
     """Every field of the verdict, in order, failures as a list (turns.jsonl)."""
-    from harness.verdict import TurnVerdict
+    from harness.judge.verdict import TurnVerdict
 
     v = TurnVerdict(input_id="i", nonce="n", marker="!batch2", plan="batch", passed=False, failures=("count 1/2",), outcome="response",
                     latency_s=0.1, first_frame_s=0.05, expected=2, got=1, errors=0, tool_ms=3, overlap=None, tool_span_ms=None)

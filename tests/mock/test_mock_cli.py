@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 from waiting import wait_until
 
-from harness.launcher import read_line
+from harness.sandbox.launcher import read_line
 
 REPO = Path(__file__).resolve().parents[2]
 READY_RE = re.compile(r"mock listening on http://127\.0\.0\.1:(\d+)\n")

@@ -1,5 +1,5 @@
 """A small protocol-v1 client for the reference kernel's tests (the harness's
-own client is ``harness/client.py``; this one stays independent of it so the
+own client is ``harness/wire/client.py``; this one stays independent of it so the
 kernel's tests do not move when the harness does). It speaks every transport
 the kernel listens on: an address is what the ready line names -- a unix
 socket path, ``tcp:HOST:PORT`` or ``ws://HOST:PORT/PATH``.

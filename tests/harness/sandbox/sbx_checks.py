@@ -19,9 +19,9 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.connector import READY
-from harness.sandbox import Sandbox, SandboxError, ns_inode
-from harness.transport import Address, ConnError, Dialer
+from harness.sandbox.connector import READY
+from harness.sandbox.namespace import Sandbox, SandboxError, ns_inode
+from harness.wire.transport import Address, ConnError, Dialer
 from sbx_helpers import alive, await_until, leftovers
 
 PY = sys.executable
@@ -88,7 +88,7 @@ asyncio.run(main())
 
 async def start_connector(sb: Sandbox, path: Path) -> tuple[asyncio.subprocess.Process, int]:
     """The sandbox's connector on `path`, with the free port it picked inside."""
-    proc = await sb.spawn([PY, "-m", "harness.connector", "--unix", str(path), "--pick-port"],
+    proc = await sb.spawn([PY, "-m", "harness.sandbox.connector", "--unix", str(path), "--pick-port"],
                           stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE)
     line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
     assert line.startswith(READY), f"connector said {line!r}"

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harness.sandbox import NETNS_DIR, processes_in
+from harness.sandbox.namespace import NETNS_DIR, processes_in
 
 
 def alive(pid: int) -> bool:

@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.sandbox import Sandbox
-from harness.transport import Address, Dialer
+from harness.sandbox.namespace import Sandbox
+from harness.wire.transport import Address, Dialer
 from sbx_checks import PY, TCP_PROG, start_connector
 from sbx_helpers import await_until
 

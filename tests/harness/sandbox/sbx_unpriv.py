@@ -98,7 +98,7 @@ class UnprivEnv:
                         (self.site / rel).parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy2(src, self.site / rel)
             subprocess.run(["chmod", "-R", "a+rX", str(self.root)], check=True)
-            probe = self.run(["-c", "import aiohttp, psutil, pyroute2, click, orjson, harness.sandbox"], timeout=60)
+            probe = self.run(["-c", "import aiohttp, psutil, pyroute2, click, orjson, harness.sandbox.namespace"], timeout=60)
             copied = probe.returncode == 0
         if not copied:
             # Another interpreter version, or extensions that do not load: a
@@ -112,7 +112,7 @@ class UnprivEnv:
             )
             self.python = str(venv / "bin" / "python")
             subprocess.run(["chmod", "-R", "a+rX", str(self.root)], check=True)
-            probe = self.run(["-c", "import aiohttp, psutil, pyroute2, click, orjson, harness.sandbox"], timeout=60)
+            probe = self.run(["-c", "import aiohttp, psutil, pyroute2, click, orjson, harness.sandbox.namespace"], timeout=60)
             if probe.returncode != 0:
                 raise RuntimeError(f"no interpreter nobody can use: {probe.stderr}")
 

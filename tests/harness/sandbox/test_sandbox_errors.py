@@ -14,7 +14,7 @@ import pytest
 
 from sbx_runner import HERE, REPO, Runner
 from harness.errors import UsageError
-from harness.sandbox import Sandbox, SandboxError
+from harness.sandbox.namespace import Sandbox, SandboxError
 from sbx_helpers import leftovers
 
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from harness.sandbox import NETNS_DIR, Sandbox
+from harness.sandbox.namespace import NETNS_DIR, Sandbox
 from sbx_helpers import alive, await_until, leftovers, wait_gone
 
 LEAK_DEADLINE_S = 2.0

@@ -1,0 +1,117 @@
+"""A kernel's contract: the rules it declares, which kstress verifies it
+against (docs/targets.md, "The kernel contract"). Real kernels have other,
+legitimate rules than the reference kernel's; no check hard-codes one kernel's
+rule as a law.
+
+    batch       how a batch holding a not-parallel-safe call is scheduled:
+                whole-batch  one unsafe call makes the whole batch serial (the reference kernel)
+                barrier      the unsafe call runs alone: calls before it complete first,
+                             calls after it start afterwards, the rest run concurrently
+                parallel     no such notion: every call of a batch runs concurrently
+                serial       one call at a time, always
+    order       results appended in `declared` order, or in `any` order
+    dedup       the kernel has a replay guard (the dedup probe runs)
+    interrupts  it takes interrupt-priority inputs
+    stats       it answers a stats frame (kernel counters, the sampler's queue)
+    sessions    it keeps a history per `session` of the input frames (protocol v1)
+
+Declared in a target file's `[contract]` table and by `--contract KEY=VALUE`
+(repeatable, later wins); recorded in state.json and run.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Iterable, Mapping
+
+from ..errors import UsageError
+
+BATCH_RULES = ("whole-batch", "barrier", "parallel", "serial")
+ORDERS = ("declared", "any")
+BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+@dataclass(frozen=True)
+class Contract:
+    batch: str = "whole-batch"
+    order: str = "declared"
+    dedup: bool = True
+    interrupts: bool = True
+    stats: bool = True
+    sessions: bool = True
+
+    def __post_init__(self) -> None:
+        if self.batch not in BATCH_RULES:
+            raise UsageError(f"contract batch={self.batch!r} is unknown: use one of {', '.join(BATCH_RULES)} (docs/targets.md)")
+        if self.order not in ORDERS:
+            raise UsageError(f"contract order={self.order!r} is unknown: use one of {', '.join(ORDERS)}")
+        for f in ("dedup", "interrupts", "stats", "sessions"):
+            if not isinstance(getattr(self, f), bool):
+                raise UsageError(f"contract {f}={getattr(self, f)!r} must be true or false")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        return " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in asdict(self).items())
+
+    # --- what the contract says of one batch --------------------------------------------
+
+    def runs_serially(self, calls_safe: tuple[bool, ...]) -> bool:
+        """The whole batch one call at a time."""
+        if self.batch == "serial":
+            return True
+        if self.batch == "whole-batch":
+            return len(calls_safe) == 1 or not all(calls_safe)
+        return False
+
+    @property
+    def serial_control(self) -> bool:
+        """`!serialbatchN` (N sleeps + one unsafe call) runs serially: the
+        kernel's own serial control for the concurrency A/B is valid."""
+        return self.batch in ("whole-batch", "serial")
+
+
+# the reference kernel has them all; another binary declares what it has
+REFKERNEL = Contract()
+OTHER = Contract(dedup=False, interrupts=False, stats=False, sessions=False)
+KEYS = tuple(f.name for f in fields(Contract))
+
+
+def _value(key: str, raw: Any, where: str) -> Any:
+    if key in ("dedup", "interrupts", "stats", "sessions"):
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in BOOLS:
+            return BOOLS[raw.lower()]
+        raise UsageError(f"{where}: contract {key}={raw!r} must be true or false")
+    if not isinstance(raw, str):
+        raise UsageError(f"{where}: contract {key}={raw!r} must be a string")
+    return raw
+
+
+def merged(base: Contract, table: Mapping[str, Any] | None = None, pairs: Iterable[str] = (), where: str = "--contract") -> Contract:
+    """``base`` with a target file's [contract] table, then KEY=VALUE pairs."""
+    updates: dict[str, Any] = {}
+    for k, v in (table or {}).items():
+        if k not in KEYS:
+            raise UsageError(f"{where}: unknown contract key {k!r}; keys: {', '.join(KEYS)}")
+        updates[k] = _value(k, v, where)
+    for pair in pairs:
+        k, sep, v = pair.partition("=")
+        k = k.strip()
+        if not sep or not k:
+            raise UsageError(f"--contract {pair!r}: expected KEY=VALUE, e.g. --contract batch=barrier; keys: {', '.join(KEYS)}")
+        if k not in KEYS:
+            raise UsageError(f"--contract {pair!r}: unknown key {k!r}; keys: {', '.join(KEYS)}")
+        updates[k] = _value(k, v.strip(), f"--contract {pair!r}")
+    return replace(base, **updates)
+
+
+def from_json(data: Any) -> Contract | None:
+    if not isinstance(data, dict):
+        return None
+    try:
+        return merged(Contract(), {k: v for k, v in data.items() if k in KEYS}, where="state contract")
+    except UsageError:
+        return None

@@ -1,0 +1,106 @@
+"""The mock's own record of each input, joined to each turn.
+
+Many kernels reword, wrap or summarise the model's answer, so the verdict line
+the mock put into its answer may never come back through the kernel. The mock
+keeps it anyway, per nonce (mock/store.py, `/_mock/verdicts`); the harness asks
+for it when a turn ends and judges the turn by it (harness/judge/verdict.py: a reply
+that carries the line must agree with it).
+
+Queries are batched: every nonce asked for in one turn of the event loop goes
+out in one POST, so a run of many connections costs one small HTTP request per
+batch over the sandbox's unix socket, not one per turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+from ..errors import UsageError
+
+QUERY_LIMIT = 10_000  # the mock's own limit per request
+TIMEOUT_S = 10.0
+
+
+def check_mock_address(addr: str) -> str:
+    if addr.startswith("unix:") and len(addr) > 5:
+        return addr
+    if addr.startswith("http://127.") or addr.startswith("http://localhost") or addr.startswith("http://[::1]"):
+        return addr.rstrip("/")
+    raise UsageError(f"--mock {addr!r}: give the mock's unix socket (unix:PATH) or a loopback URL (http://127.0.0.1:PORT); traffic stays on loopback")
+
+
+class MockJoin:
+    """``async with MockJoin("unix:/run/kst-x/mock.sock") as mj: entry = await mj.get(nonce)``"""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._session: aiohttp.ClientSession | None = None
+        self._pending: dict[str, list[asyncio.Future]] = {}
+        self._flushing = False
+        self._tasks: set[asyncio.Task] = set()
+        self.errors = 0
+        self.last_error: str | None = None
+
+    async def __aenter__(self) -> "MockJoin":
+        if self.address.startswith("unix:"):
+            connector: aiohttp.BaseConnector = aiohttp.UnixConnector(path=self.address[5:])
+            self._base = "http://mock"
+        else:
+            connector = aiohttp.TCPConnector()
+            self._base = self.address
+        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=TIMEOUT_S))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for futs in self._pending.values():
+            for f in futs:
+                if not f.done():
+                    f.set_result(None)
+        self._pending.clear()
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def get(self, nonce: str) -> dict[str, Any] | None:
+        """The mock's entry for ``nonce``, or None (not seen, evicted, or the
+        mock could not be asked: ``errors`` counts those)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(nonce, []).append(fut)
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        return await fut
+
+    def _flush(self) -> None:
+        self._flushing = False
+        batch, self._pending = self._pending, {}
+        nonces = list(batch)
+        for k in range(0, len(nonces), QUERY_LIMIT):
+            part = {n: batch[n] for n in nonces[k : k + QUERY_LIMIT]}
+            t = asyncio.ensure_future(self._query(part))
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+
+    async def _query(self, part: dict[str, list[asyncio.Future]]) -> None:
+        found: dict[str, Any] = {}
+        try:
+            assert self._session is not None
+            async with self._session.post(self._base + "/_mock/verdicts", json={"nonces": list(part)}) as r:
+                if r.status != 200:
+                    raise aiohttp.ClientError(f"HTTP {r.status}: {(await r.text())[:200]}")
+                found = (await r.json()).get("verdicts") or {}
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError, AssertionError) as exc:
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+        for nonce, futs in part.items():
+            for f in futs:
+                if not f.done():
+                    f.set_result(found.get(nonce))

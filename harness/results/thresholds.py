@@ -1,0 +1,271 @@
+"""Service levels: threshold expressions over a run's turns, and the
+per-marker latency table they share with every report.
+
+    THRESHOLD := [ '[' SELECTOR ']' ] METRIC OP NUMBER [UNIT]
+    SELECTOR  := ITEM (',' ITEM)*          ITEM := MARKER | text | KEY=VALUE
+    METRIC    := pN | p(N) | max | mean | pass_rate | errors | errors[NAME] | throughput | attempted
+    OP        := < | <= | > | >= | ==
+
+e.g. ``p95<2s``, ``p(99.9)<=5s``, ``pass_rate>=0.99``, ``pass_rate>=99%``,
+``errors[busy]<10``, ``throughput>50``, ``[!batch4]p95<1s``,
+``[kernel=refkernel-2]pass_rate==1``. Latency is that of passed turns and
+needs a unit (ms, s, m): k6 counts a bare ``p(95)<2000`` in milliseconds, and
+guessing between the two conventions is how a 2000-second service level
+passes. A threshold whose value cannot be measured (a percentile of no passed
+turn) fails: a service level nobody measured did not hold.
+
+The caller hands over the rows that count as load (warm-up and probes
+excluded); a selector narrows them further by marker (`text` = a plain input)
+or by any row field (kernel, version, stage, ...), as k6's tags do.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from ..errors import UsageError
+from .stats import percentile, summarize
+from ..judge.verdict import failure_name
+
+GRAMMAR = (
+    "[SELECTOR]METRIC OP NUMBER[UNIT] — METRIC is pN or p(N) (0..100), max, mean (latency of passed turns: unit ms, s or m), "
+    "pass_rate (0..1 or N%), errors, errors[NAME], throughput (passed inputs/s), attempted; OP is <, <=, >, >=, ==; "
+    "SELECTOR is markers and KEY=VALUE row fields, e.g. p95<2s, pass_rate>=0.99, errors[busy]<10, [!batch4]p95<1s"
+)
+OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt}
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+LATENCY_PS = (50, 90, 95, 99)
+
+_EXPR = re.compile(
+    r"""^\s*(?:\[(?P<sel>[^\]]*)\])?\s*
+        (?P<metric>p\(\s*[0-9.]+\s*\)|p[0-9.]+|max|mean|pass_rate|errors(?:\[(?P<name>[^\]]+)\])?|throughput|attempted)\s*
+        (?P<op><=|>=|==|<|>)\s*
+        (?P<num>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*
+        (?P<unit>ms|s|m|%|/s)?\s*$""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    expr: str
+    metric: str  # p<N>, max, mean, pass_rate, errors, throughput, attempted
+    op: str
+    bound: float  # in base units: seconds, a fraction, a count, per second
+    percentile: float | None = None
+    error_name: str | None = None
+    markers: tuple[str, ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def latency(self) -> bool:
+        return self.percentile is not None or self.metric in ("max", "mean")
+
+    def selects(self, row: dict[str, Any]) -> bool:
+        if self.markers and (row.get("marker") or "text") not in self.markers:
+            return False
+        return all(str(row.get(k)) == v for k, v in self.fields)
+
+
+@dataclass(frozen=True)
+class ThresholdResult:
+    expr: str
+    value: float | None
+    passed: bool
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"expr": self.expr, "value": self.value, "passed": self.passed, "detail": self.detail}
+
+
+def parse_threshold(expr: str, flag: str = "--threshold") -> Threshold:
+    """One expression; a bad one is a UsageError naming ``flag``, the
+    expression, what is wrong and the grammar."""
+
+    def _bad(expr: str, why: str) -> UsageError:
+        return UsageError(f"{flag} {expr!r}: {why}; the grammar is {GRAMMAR}")
+
+    m = _EXPR.match(expr)
+    if not m:
+        raise _bad(expr, "not a threshold expression")
+    metric, unit, num = m["metric"], m["unit"], float(m["num"])
+    markers: list[str] = []
+    fields: list[tuple[str, str]] = []
+    for item in (m["sel"] or "").split(",") if m["sel"] is not None else ():
+        item = item.strip()
+        if not item:
+            raise _bad(expr, "the selector has an empty item")
+        if "=" in item:
+            k, _, v = item.partition("=")
+            if not re.fullmatch(r"[a-z_][a-z0-9_]*", k.strip()) or not v.strip():
+                raise _bad(expr, f"selector item {item!r} is not KEY=VALUE with a row field as KEY")
+            fields.append((k.strip(), v.strip()))
+        elif item == "text" or re.fullmatch(r"![a-z]+[0-9a-z:_-]*", item):
+            markers.append(item)
+        else:
+            raise _bad(expr, f"selector item {item!r} is neither a marker (!batch4, text) nor KEY=VALUE")
+    pct = None
+    if metric.startswith("p") and metric not in ("pass_rate",):
+        raw = metric[1:].strip("()").strip() if metric.startswith("p(") else metric[1:]
+        try:
+            pct = float(raw)
+        except ValueError:
+            raise _bad(expr, f"percentile {raw!r} is not a number") from None
+        if not 0 < pct <= 100:
+            raise _bad(expr, f"percentile {pct:g} is outside 0 < N <= 100")
+        metric = f"p{pct:g}"
+    name = m["name"]
+    if name is not None:
+        metric = "errors"
+    if pct is not None or metric in ("max", "mean"):
+        if unit not in UNITS:
+            raise _bad(expr, f"a latency bound needs a unit (ms, s or m), e.g. {metric}<{m['num']}ms or {metric}<{m['num']}s")
+        bound = num * UNITS[unit]
+    elif metric == "pass_rate":
+        if unit not in (None, "%"):
+            raise _bad(expr, f"pass_rate is a fraction (0.99) or a percentage (99%), not {unit!r}")
+        bound = num / 100 if unit == "%" else num
+        if not 0 <= bound <= 1:
+            raise _bad(expr, f"pass_rate {m['num']}{unit or ''} is outside 0..1 (or 0%..100%)")
+    elif metric == "throughput":
+        if unit not in (None, "/s"):
+            raise _bad(expr, f"throughput is in passed inputs per second (a number, or N/s), not {unit!r}")
+        bound = num
+    else:  # errors, attempted: counts
+        if unit is not None:
+            raise _bad(expr, f"{metric} is a count and takes no unit")
+        bound = num
+    if bound < 0:
+        raise _bad(expr, "the bound is negative")
+    return Threshold(expr.strip(), metric, m["op"], bound, pct, name.strip() if name else None, tuple(markers), tuple(fields))
+
+
+def parse_thresholds(exprs: Iterable[str], flag: str = "--threshold") -> tuple[Threshold, ...]:
+    """Every expression, each error named: the first bad one ends the run before it starts."""
+    return tuple(parse_threshold(e, flag) for e in exprs)
+
+
+def check_thresholds(settings: Any) -> None:
+    """For settings __post_init__: a bad --threshold is a usage error (exit 2)."""
+    parse_thresholds(getattr(settings, "thresholds", ()) or ())
+
+
+def span_s(rows: Sequence[dict[str, Any]]) -> float:
+    """From the first send to the last end among ``rows``: the time the load
+    they are part of took."""
+    starts = [r["t_rel"] for r in rows if isinstance(r.get("t_rel"), (int, float))]
+    ends = [r["t_rel"] + (r.get("latency_s") or 0) for r in rows if isinstance(r.get("t_rel"), (int, float))]
+    return max(ends) - min(starts) if starts else 0.0
+
+
+def measure(t: Threshold, rows: Sequence[dict[str, Any]], duration_s: float | None = None) -> tuple[float | None, str]:
+    """The threshold's metric over the selected rows, and a note when it could not be measured."""
+    sel = [r for r in rows if t.selects(r)]
+    passed = [r for r in sel if r.get("passed")]
+    if t.latency:
+        lat = sorted(r["latency_s"] for r in passed if isinstance(r.get("latency_s"), (int, float)))
+        if not lat:
+            return None, "no passed turn to measure latency on"
+        if t.percentile is not None:
+            return percentile(lat, t.percentile), f"over {len(lat)} passed turns"
+        return (lat[-1] if t.metric == "max" else math.fsum(lat) / len(lat)), f"over {len(lat)} passed turns"
+    if t.metric == "pass_rate":
+        if not sel:
+            return None, "no input attempted"
+        return len(passed) / len(sel), f"{len(passed)}/{len(sel)}"
+    if t.metric == "errors":
+        failed = [r for r in sel if not r.get("passed")]
+        if t.error_name is not None:
+            failed = [r for r in failed if name_matches(failure_name(r) or "", t.error_name)]
+        return float(len(failed)), f"of {len(sel)} attempted"
+    if t.metric == "attempted":
+        return float(len(sel)), ""
+    # throughput: passed inputs per second of the load's own span
+    span = duration_s if duration_s is not None else span_s(sel)
+    if span <= 0:
+        return None, "no time elapsed"
+    return len(passed) / span, f"{len(passed)} passed in {span:.2f} s"
+
+
+def name_matches(name: str, wanted: str) -> bool:
+    """``errors[busy]`` counts `error_frame:busy`; ``errors[conn_error]``
+    every `conn_error:*`; the whole name matches too."""
+    kind, _, sub = name.partition(":")
+    return wanted in (name, kind, sub)
+
+
+def evaluate(thresholds: Sequence[Threshold], rows: Sequence[dict[str, Any]], duration_s: float | None = None) -> list[ThresholdResult]:
+    out = []
+    for t in thresholds:
+        value, note = measure(t, rows, duration_s)
+        ok = value is not None and OPS[t.op](value, t.bound)
+        out.append(ThresholdResult(t.expr, None if value is None else round(value, 6), ok, note))
+    return out
+
+
+def fmt_value(t: Threshold | str, value: float | None) -> str:
+    """A measured value in the threshold's own terms (ms for latency, % for a pass rate)."""
+    if isinstance(t, str):
+        t = parse_threshold(t)
+    if value is None:
+        return "-"
+    if t.latency:
+        return f"{value * 1000:.1f} ms"
+    if t.metric == "pass_rate":
+        return f"{value:.2%}"
+    if t.metric == "throughput":
+        return f"{value:.2f}/s"
+    return f"{value:g}"
+
+
+# --- the per-marker latency table -------------------------------------------------------
+
+
+def latency_stats(xs: Sequence[float]) -> dict[str, Any]:
+    s = summarize(xs, LATENCY_PS)
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items() if k != "min"}
+
+
+def latency_by_marker(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{"all": S, marker: S, ...}``, S = n, p50, p90, p95, p99, max, mean of
+    the passed turns' latency (seconds); `text` is a plain input."""
+    groups: dict[str, list[float]] = {}
+    every: list[float] = []
+    for r in rows:
+        if r.get("passed") and isinstance(r.get("latency_s"), (int, float)):
+            every.append(r["latency_s"])
+            groups.setdefault(r.get("marker") or "text", []).append(r["latency_s"])
+    out = {"all": latency_stats(every)}
+    for m in sorted(groups):
+        out[m] = latency_stats(groups[m])
+    return out
+
+
+def throughput_windows(rows: Sequence[dict[str, Any]], max_windows: int = 60) -> dict[str, Any] | None:
+    """Passed turns per second in fixed windows by completion time: the
+    stable rate (median of the whole windows, the edges excluded: ramp-up and
+    the last partial window) and the peak. Window = 1 s, or longer so that a
+    long run has at most ``max_windows``."""
+    ends = sorted(r["t_rel"] + r["latency_s"] for r in rows if r.get("passed") and isinstance(r.get("t_rel"), (int, float)) and isinstance(r.get("latency_s"), (int, float)))
+    starts = [r["t_rel"] for r in rows if isinstance(r.get("t_rel"), (int, float))]
+    if not ends or not starts:
+        return None
+    t0, t1 = min(starts), ends[-1]
+    window = max(1.0, math.ceil((t1 - t0) / max_windows))
+    n = max(1, math.ceil((t1 - t0) / window))
+    counts = [0] * n
+    for e in ends:
+        counts[min(n - 1, int((e - t0) / window))] += 1
+    rates = [c / window for c in counts]
+    inner = rates[1:-1] if n > 2 else rates
+    inner_sorted = sorted(inner)
+    return {
+        "window_s": window,
+        "stable_per_s": round(inner_sorted[(len(inner_sorted) - 1) // 2], 3),
+        "peak_per_s": round(max(rates), 3),
+        "windows": [[round(t0 + i * window, 3), round(r, 3)] for i, r in enumerate(rates)],
+    }

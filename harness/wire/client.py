@@ -1,0 +1,434 @@
+"""KernelClient: one connection to a kernel, on a unix socket, TCP or a WebSocket.
+
+Connect (harness/wire/transport.py: a unix connect retried on EAGAIN -- a full
+listen backlog makes a non-blocking unix connect fail with EAGAIN, and
+asyncio's open_unix_connection would hand back an unconnected socket -- a
+loopback TCP connect, or one opened inside a sandbox by its connector), consume
+the auth ack before anything else, send inputs with a unique nonce, and collect
+each turn's frames until its terminal frame, an error frame for it, a
+deadline, or the connection's end. Over a byte stream the adapter's
+``encode``/``read_frame`` frame; over a WebSocket each message is one frame
+(``encode_message``/``decode_message``). Everything above the frames is the
+same on every transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mock.markers import compose
+
+from ..aio import grace
+from .protocol import FrameKind, HandshakeError, Protocol, ProtocolError
+from .transport import CAPACITY_ERRNOS, Address, ConnError, Dialer, open_socket, open_unix, parse_address  # noqa: F401 - re-exported
+
+READ_LIMIT = 1 << 21  # above the protocol's 1 MiB frame limit
+
+# What one connection may hold, whatever a kernel sends (docs/results.md, "flood"):
+NOTIFY_KEPT = 16  # notify frames kept (all are counted)
+STASH_MAX = 256  # frames for inputs nobody waits for (late or unknown ids), kept until read
+TURN_FRAMES_KEPT = 1000  # frames of one turn kept for the record (all are counted)
+TURN_TEXT_MAX = 16 << 20  # characters of one turn's answer: beyond, the turn is a flood
+FLOOD_FRAMES = 10_000  # frames not of the awaited turn while waiting for it: a flood
+CLOSE_GRACE_S = 1.0  # a connection whose peer never reads is aborted after this
+
+
+@dataclass(slots=True)
+class Turn:
+    """Everything one input produced. Times are time.monotonic() seconds."""
+
+    input_id: str
+    text: str
+    nonce: str
+    interrupt: bool = False
+    t_sent: float = 0.0
+    t_scheduled: float | None = None
+    t_first: float | None = None
+    t_done: float | None = None
+    frames: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    deltas: list[str] = field(default_factory=list)
+    response_text: str | None = None
+    duplicate: bool = False
+    error_code: str | None = None
+    error_message: str | None = None
+    outcome: str = "pending"  # response | error | timeout | conn_error | closed | flood
+    conn_error: str | None = None  # what happened, for people
+    conn_kind: str | None = None  # a ConnError kind, for the verdict
+    frames_dropped: int = 0  # frames of this turn beyond TURN_FRAMES_KEPT: counted, not kept
+    text_chars: int = 0
+
+    def lost(self, kind: str, message: str) -> None:
+        self.outcome, self.conn_kind, self.conn_error = "conn_error", kind, message
+
+    @property
+    def reply(self) -> str:
+        """The answer's text: the terminal frame's text, else the streamed deltas."""
+        if self.response_text:
+            return self.response_text
+        return "".join(self.deltas)
+
+    @property
+    def latency_s(self) -> float | None:
+        return None if self.t_done is None else self.t_done - self.t_sent
+
+    @property
+    def first_frame_s(self) -> float | None:
+        return None if self.t_first is None else self.t_first - self.t_sent
+
+
+_seq = itertools.count()
+# pid and a random salt, once per process: two syscalls per input were a
+# measurable part of the harness's cost per turn, and a reused pid still gets
+# other nonces than the process that had it before
+_NONCE_TAG = (os.getpid(), os.urandom(2).hex())
+
+
+def new_nonce(prefix: str = "k") -> str:
+    """Unique per process and run: a kernel's replay guard drops identical input
+    text, so every input carries one."""
+    pid, salt = _NONCE_TAG
+    return f"{prefix}{pid:x}x{next(_seq):x}{salt}"
+
+
+def failed_turn(marker: str, exc: "ConnError") -> Turn:
+    """The record of an input that could not be delivered: it was attempted,
+    so it counts, as a conn_error."""
+    nonce = new_nonce("f")
+    turn = Turn(input_id=nonce, text=compose(marker or None, nonce), nonce=nonce)
+    turn.lost(exc.kind, str(exc))
+    turn.t_sent = time.monotonic()
+    return turn
+
+
+class KernelClient:
+    """``async with KernelClient(address, token) as c: turn = await c.turn("!batch4")``
+
+    ``address``: an :class:`Address`, a string in one of the ``--socket``
+    forms, or a path (a unix socket). ``dialer``: the connector client to
+    share when the address is inside a sandbox (else one per connect)."""
+
+    def __init__(
+        self,
+        address: Address | str | os.PathLike,
+        token: str | None = None,
+        protocol: Protocol | None = None,
+        connect_timeout_s: float = 10.0,
+        nonce_prefix: str = "k",
+        retry_refused: bool = False,
+        dialer: Dialer | None = None,
+    ) -> None:
+        if isinstance(address, Address):
+            self.address = address
+        elif isinstance(address, str):
+            self.address = parse_address(address)
+        else:
+            self.address = Address("unix", path=os.fspath(address))
+        self.path = str(self.address)  # what every message calls it
+        self.token = token
+        self.protocol = protocol or Protocol()
+        self.connect_timeout_s = connect_timeout_s
+        self.nonce_prefix = nonce_prefix
+        self.retry_refused = retry_refused
+        self.dialer = dialer
+        self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=NOTIFY_KEPT)
+        self.notify_count = 0
+        self.stash_dropped = 0
+        self._stashed = 0
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._ws: Any = None  # a wsconn.WsChannel
+        self._stash: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+        self._stats: list[dict[str, Any]] = []
+        self._read_lock = asyncio.Lock()
+        self._eof = False
+        self._closed = False
+
+    # --- lifecycle ---------------------------------------------------------
+
+    async def connect(self) -> "KernelClient":
+        deadline = time.monotonic() + self.connect_timeout_s
+        sock = await open_socket(self.address, deadline, self.retry_refused, self.dialer)
+        try:
+            if self.address.scheme == "ws":
+                await self._open_ws(sock, deadline)
+            elif self.address.scheme == "unix":
+                self._reader, self._writer = await asyncio.open_unix_connection(sock=sock, limit=READ_LIMIT)
+            else:
+                self._reader, self._writer = await asyncio.open_connection(sock=sock, limit=READ_LIMIT)
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            remaining = max(0.001, deadline - time.monotonic())
+            await asyncio.wait_for(self.protocol.handshake(self._send, self._recv_raw, self.token), remaining)
+        except asyncio.TimeoutError:
+            await self.aclose()
+            raise ConnError("timeout", f"{self.path}: no auth answer within {self.connect_timeout_s:.1f}s") from None
+        except HandshakeError as exc:
+            await self.aclose()
+            raise ConnError("auth", f"{self.path}: {exc}") from None
+        except (ProtocolError, ConnectionError, EOFError) as exc:
+            await self.aclose()
+            raise ConnError("closed", f"{self.path}: handshake failed: {exc}") from None
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def _open_ws(self, sock: Any, deadline: float) -> None:
+        from .wsconn import WsChannel  # aiohttp loads only for a WebSocket kernel
+
+        self._ws = await WsChannel.open(sock, self.address, deadline, READ_LIMIT, CLOSE_GRACE_S)
+        # bound per instance: the byte-stream path keeps its methods, and no
+        # frame on either path pays a test of which transport it is on
+        self._send = self._ws_send  # type: ignore[method-assign]
+        self._recv_raw = self._ws_recv  # type: ignore[method-assign]
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            try:
+                # bounded: a peer that never reads would hold unsent bytes, and the close, forever
+                if not await grace(writer.wait_closed(), CLOSE_GRACE_S):
+                    writer.transport.abort()
+            except (ConnectionError, OSError):
+                pass  # the peer already went away; nothing left to release
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            await ws.aclose(CLOSE_GRACE_S)
+
+    async def __aenter__(self) -> "KernelClient":
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def connected(self) -> bool:
+        return (self._writer is not None or self._ws is not None) and not self._eof and not self._closed
+
+    # --- frames --------------------------------------------------------------
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        if self._writer is None:
+            raise ConnError("closed", f"{self.path}: connection is closed")
+        try:
+            self._writer.write(self.protocol.encode(frame))
+            await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self._eof = True
+            raise ConnError("reset", f"{self.path}: connection lost while sending ({exc})") from None
+
+    async def _recv_raw(self) -> dict[str, Any]:
+        assert self._reader is not None
+        frame = await self.protocol.read_frame(self._reader)
+        if frame is None:
+            self._eof = True
+            raise EOFError("kernel closed the connection")
+        return frame
+
+    async def _ws_send(self, frame: dict[str, Any]) -> None:
+        if self._ws is None:
+            raise ConnError("closed", f"{self.path}: connection is closed")
+        try:
+            await self._ws.send(self.protocol.encode_message(frame))
+        except (ConnectionError, OSError) as exc:
+            self._eof = True
+            raise ConnError("reset", f"{self.path}: connection lost while sending ({exc})") from None
+
+    async def _ws_recv(self) -> dict[str, Any]:
+        assert self._ws is not None
+        try:
+            data = await self._ws.recv()
+        except EOFError:
+            self._eof = True
+            raise
+        return self.protocol.decode_message(data)
+
+    def _abort(self) -> None:
+        if self._writer is not None:
+            self._writer.transport.abort()
+        elif self._ws is not None:
+            self._ws.abort()
+
+    async def _pump(self, want: Any, deadline: float) -> None:
+        """Read frames, stashing each by input id, until ``want()`` is true, EOF,
+        or the deadline (time.monotonic(), the loop's clock)."""
+        # one timeout for the whole wait, not one per frame: asyncio.wait_for
+        # makes a task per call, a large part of the harness's cost per turn
+        async with asyncio.timeout_at(deadline):
+            while not want():
+                if self._eof:
+                    return
+                async with self._read_lock:
+                    if want():
+                        return
+                    try:
+                        frame = await self._recv_raw()
+                    except EOFError:
+                        return
+                    now = time.monotonic()
+                    kind, fid = self.protocol.classify(frame)
+                    if kind is FrameKind.NOTIFY:
+                        self.notifications.append(frame)
+                    elif kind is FrameKind.STATS:
+                        self._stats.append(frame)
+                    else:
+                        self._stash_frame(fid, now, frame)
+
+    def _stash_frame(self, fid: str | None, t: float, frame: dict[str, Any]) -> None:
+        """A frame for an input nobody waits for now: kept (bounded) until its
+        turn collects it; beyond STASH_MAX the oldest go, counted."""
+        if self._stashed >= STASH_MAX:
+            oldest = next(iter(self._stash))
+            self._stashed -= len(self._stash.pop(oldest))
+            self.stash_dropped += 1
+        self._stash.setdefault(fid or "", []).append((t, frame))
+        self._stashed += 1
+
+    def _unstash(self, key: str) -> list[tuple[float, dict[str, Any]]] | None:
+        frames = self._stash.pop(key, None)
+        if frames:
+            self._stashed -= len(frames)
+        return frames
+
+    # --- turns -----------------------------------------------------------------
+
+    async def send(self, text: str, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False, timeout_s: float = 60.0, session: str | None = None) -> Turn:
+        """Send one input. Unless ``raw``, ``text`` is a marker (or None-like
+        empty string) and a unique nonce suffix is appended. A kernel that does
+        not read the input within ``timeout_s`` times the turn out."""
+        nonce = nonce or new_nonce(self.nonce_prefix)
+        full = text if raw else compose(text or None, nonce)
+        turn = Turn(input_id=nonce, text=full, nonce=nonce, interrupt=interrupt)
+        turn.t_sent = time.monotonic()
+        try:
+            async with asyncio.timeout_at(turn.t_sent + timeout_s):
+                frame = self.protocol.input_frame(nonce, full, interrupt) if session is None else self.protocol.input_frame(nonce, full, interrupt, session=session)
+                await self._send(frame)
+        except ConnError as exc:
+            turn.lost(exc.kind, str(exc))
+        except TimeoutError:
+            self._eof = True  # half a frame may be out: this connection is done
+            turn.outcome, turn.conn_error = "timeout", f"the kernel did not read the input within {timeout_s:g}s"
+        return turn
+
+    async def collect(self, turn: Turn, timeout_s: float) -> Turn:
+        """Gather the turn's frames until its terminal/error frame or the deadline."""
+        if turn.outcome != "pending":
+            return turn
+        key = turn.input_id
+        classify = self.protocol.classify
+        stray = 0
+        notify0 = self.notify_count
+        try:
+            # one timeout for the whole turn (asyncio.wait_for would make a task per frame)
+            async with asyncio.timeout_at(turn.t_sent + timeout_s):
+                while turn.outcome == "pending":
+                    stashed = self._unstash(key)  # read for us by another reader
+                    if stashed:
+                        for t, frame in stashed:
+                            self._apply(turn, t, frame, classify(frame)[0])
+                        continue
+                    if self._eof:
+                        break
+                    async with self._read_lock:
+                        if key in self._stash:
+                            continue
+                        try:
+                            frame = await self._recv_raw()
+                        except EOFError:
+                            break
+                        now = time.monotonic()
+                        kind, fid = classify(frame)
+                        if fid == key and kind is not FrameKind.NOTIFY and kind is not FrameKind.STATS:
+                            self._apply(turn, now, frame, kind)
+                            continue
+                        if kind is FrameKind.NOTIFY:
+                            self.notifications.append(frame)
+                            self.notify_count += 1
+                        elif kind is FrameKind.STATS:
+                            self._stats.append(frame)
+                            del self._stats[:-4]
+                        else:
+                            self._stash_frame(fid, now, frame)
+                        stray += 1
+                        if stray >= FLOOD_FRAMES:
+                            n = self.notify_count - notify0
+                            self._flood(turn, f"{stray} frames that were not this turn's while waiting for it ({n} notify, {stray - n} other)")
+        except TimeoutError:
+            turn.outcome = "timeout"
+            return turn
+        except ProtocolError as exc:
+            self._eof = True
+            turn.lost("protocol", str(exc))
+            return turn
+        except (ConnectionError, OSError) as exc:
+            self._eof = True
+            turn.lost("reset", f"connection lost: {exc}")
+            return turn
+        if turn.outcome == "pending":
+            turn.outcome, turn.conn_error = "closed", "kernel closed the connection before the turn ended"
+        return turn
+
+    def _flood(self, turn: Turn, what: str) -> None:
+        """Stop reading a connection the kernel floods: the turn fails by name
+        and the harness holds no more of it than the bounds above."""
+        turn.outcome, turn.conn_error = "flood", what
+        self._eof = True
+        self._abort()
+
+    def _apply(self, turn: Turn, t: float, frame: dict[str, Any], kind: FrameKind) -> None:
+        if len(turn.frames) < TURN_FRAMES_KEPT:
+            turn.frames.append((t, frame))
+        else:
+            turn.frames_dropped += 1
+        if turn.t_first is None:
+            turn.t_first = t
+        if kind is FrameKind.DELTA:
+            text = self.protocol.text_of(frame)
+            turn.text_chars += len(text)
+            if turn.text_chars > TURN_TEXT_MAX:
+                self._flood(turn, f"an answer of more than {TURN_TEXT_MAX} characters in {len(turn.deltas) + 1} deltas")
+                return
+            turn.deltas.append(text)
+        elif kind is FrameKind.TERMINAL:
+            turn.response_text = self.protocol.text_of(frame)
+            turn.duplicate = bool(frame.get("duplicate"))
+            turn.outcome, turn.t_done = "response", t
+        elif kind is FrameKind.ERROR:
+            turn.error_code = str(frame.get("code", "error"))
+            turn.error_message = str(frame.get("message", ""))
+            turn.outcome, turn.t_done = "error", t
+
+    async def turn(self, text: str = "", timeout_s: float = 60.0, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False, session: str | None = None) -> Turn:
+        turn = await self.send(text, interrupt=interrupt, nonce=nonce, raw=raw, timeout_s=timeout_s, session=session)
+        return await self.collect(turn, timeout_s)
+
+    async def stats(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        frame = self.protocol.stats_frame()
+        if frame is None:
+            return {}
+        self._stats.clear()
+        await self._send(frame)
+        deadline = time.monotonic() + timeout_s
+        try:
+            await self._pump(lambda: bool(self._stats), deadline)
+        except asyncio.TimeoutError:
+            raise ConnError("timeout", f"{self.path}: no stats frame within {timeout_s:.1f}s") from None
+        except (ProtocolError, ConnectionError, OSError) as exc:
+            self._eof = True
+            raise ConnError("closed", f"{self.path}: connection lost waiting for stats ({exc})") from None
+        if not self._stats:
+            raise ConnError("closed", f"{self.path}: connection closed while waiting for stats")
+        return self._stats.pop(0)
