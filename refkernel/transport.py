@@ -36,6 +36,13 @@ log = logging.getLogger("refkernel")
 
 LISTEN_BACKLOG = 4096
 WS_CLOSE_TIMEOUT = 2.0  # a WebSocket close (flushing what is queued, the close handshake) takes at most this
+# Before the 1009 close the rest of an oversized WebSocket message is read and
+# discarded, at most this long and this much (a client may declare 2**63 bytes
+# and send them forever); past either bound the close goes ahead regardless.
+# The time bound sits inside WS_CLOSE_TIMEOUT, so the close frame still has a
+# second to go out.
+WS_DRAIN_TIMEOUT = 1.0
+WS_DRAIN_MAX = 16 * MAX_FRAME
 
 
 class Closed(Exception):
@@ -232,6 +239,98 @@ class TcpListener(_StreamListener):
 # --- one JSON object per text message on a WebSocket ----------------------------------
 
 
+class _OversizeWatch(asyncio.Protocol):
+    """Sits between a WebSocket's transport and aiohttp's protocol, passing
+    every callback on unchanged, and follows the client's frames by their
+    headers alone (RFC 6455 5.2) to see where a message over MAX_FRAME ends.
+
+    aiohttp refuses such a message at its header and discards whatever
+    follows. If the kernel then closed at once, the rest of the message would
+    still be on its way: Linux answers data for a closed socket with a RST,
+    and a client still sending meets the RST before it has read the close
+    frame (it sees 1006, not 1009). So the close waits for ``ended`` -- the
+    last byte of that message has been read -- or for the drain's bounds.
+    The limit rule is aiohttp's (a data message's payload, its fragments
+    summed, over MAX_FRAME); were the two ever to differ, the close would only
+    wait out WS_DRAIN_TIMEOUT."""
+
+    def __init__(self, inner: asyncio.BaseProtocol) -> None:
+        self.inner = inner
+        self.ended = asyncio.Event()
+        self._head = b""  # a frame header split across reads
+        self._skip = 0  # payload bytes of the current frame still to come
+        self._ends_message = False  # the current frame is the last of a data message
+        self._size = 0  # payload bytes of the current data message so far
+        self._over = False
+        self._drained = 0  # bytes read since the message went over the limit
+
+    def data_received(self, data: bytes) -> None:
+        if not self.ended.is_set():
+            self._follow(data)
+        self.inner.data_received(data)  # type: ignore[attr-defined]
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()  # type: ignore[attr-defined]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended.set()  # nothing more will come
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def _follow(self, data: bytes) -> None:
+        if self._over:
+            self._drained += len(data)
+            if self._drained > WS_DRAIN_MAX:
+                self.ended.set()
+                return
+        if self._head:
+            data, self._head = self._head + data, b""
+        pos = 0
+        while True:
+            step = min(self._skip, len(data) - pos)
+            self._skip -= step
+            pos += step
+            if self._skip:
+                return  # the frame goes on in a later read
+            if self._ends_message and self._over:
+                self.ended.set()
+                return
+            pos = self._header(data, pos)
+            if pos < 0:
+                return
+
+    def _header(self, data: bytes, pos: int) -> int:
+        """Take the frame header at ``pos``; the position after it, or -1 when
+        the header is not all there yet (kept for the next read)."""
+        if len(data) - pos < 2:
+            self._head = data[pos:]
+            return -1
+        first, second = data[pos], data[pos + 1]
+        length = second & 0x7F
+        extended = 2 if length == 126 else 8 if length == 127 else 0
+        end = pos + 2 + extended + (4 if second & 0x80 else 0)
+        if len(data) < end:
+            self._head = data[pos:]
+            return -1
+        if extended:
+            length = int.from_bytes(data[pos + 2:pos + 2 + extended], "big")
+        opcode = first & 0x0F
+        self._skip = length
+        self._ends_message = False
+        if opcode < 0x8:  # a data frame; control frames may come between a message's fragments
+            if opcode != 0x0:  # not a continuation: a new message
+                self._size = 0
+            self._size += length
+            self._over = self._over or self._size > MAX_FRAME
+            self._ends_message = bool(first & 0x80)
+        return end
+
+
 class _WebSocket(web.WebSocketResponse):
     # aiohttp closes the socket itself, from inside receive(), when a message is
     # over max_msg_size, before the kernel can say why. Over a stream socket the
@@ -251,9 +350,10 @@ class WsChannel(Channel):
     plain callbacks: frames wait in a queue that one task (the pump) writes
     out in order; ``unsent`` counts that queue and the socket's own buffer."""
 
-    def __init__(self, ws: _WebSocket, transport: asyncio.Transport | None) -> None:
+    def __init__(self, ws: _WebSocket, transport: asyncio.Transport | None, watch: _OversizeWatch | None) -> None:
         self.ws = ws
         self.transport = transport
+        self._watch = watch
         self._out: collections.deque[bytes] = collections.deque()
         self._queued = 0
         self._wake = asyncio.Event()
@@ -305,6 +405,15 @@ class WsChannel(Channel):
         if self._give_up is not None:
             self._give_up.cancel()
 
+    async def _drain_oversized(self) -> None:
+        # See _OversizeWatch: the 1009 goes out once the client has sent the
+        # whole message it was told is too large.
+        if self._watch is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WS_DRAIN_TIMEOUT):
+                await self._watch.ended.wait()
+
     async def drained(self) -> None:
         try:
             await asyncio.wait([self._pump])
@@ -323,6 +432,8 @@ class WsChannel(Channel):
                     break
                 self._wake.clear()
                 await self._wake.wait()
+            if self._close_code == WSCloseCode.MESSAGE_TOO_BIG:
+                await self._drain_oversized()
             await self.ws.close(code=self._close_code)
         except (ConnectionError, RuntimeError) as exc:  # the client is gone; aiohttp says so either way
             log.debug("websocket send stopped: %r", exc)
@@ -359,9 +470,16 @@ class WsListener:
         # One byte over the limit is refused (aiohttp's test is size >= max_msg_size).
         # No compression: a frame's size on the wire is its size in memory.
         ws = _WebSocket(max_msg_size=MAX_FRAME + 1, compress=False, decode_text=False, timeout=WS_CLOSE_TIMEOUT)
+        transport = request.transport
+        watch = None
+        if transport is not None:
+            # In place before the 101 goes out, so it sees the first byte of the first frame
+            # (a client may send nothing more until it has the 101: RFC 6455 4.1).
+            watch = _OversizeWatch(transport.get_protocol())
+            transport.set_protocol(watch)
         await ws.prepare(request)
         assert self._handle is not None
-        await self._handle(WsChannel(ws, request.transport))  # type: ignore[arg-type]
+        await self._handle(WsChannel(ws, transport, watch))  # type: ignore[arg-type]
         return ws
 
     async def stop_accepting(self) -> None:

@@ -127,11 +127,7 @@ async def test_frame_size_limit(rk, transport):
     assert err["code"] == "too_large", err
     await conn.closed()
     if isinstance(conn, WsKernelConn):
-        # 1009, or 1006 when the kernel's close (it stops reading the oversized
-        # message's payload) meets that unread payload: Linux answers with a
-        # RST that can overtake the close frame (1 run in ~8; the too_large
-        # frame above always arrives). Left as a known gap: docs/refkernel.md.
-        assert conn.close_code in (aiohttp.WSCloseCode.MESSAGE_TOO_BIG, aiohttp.WSCloseCode.ABNORMAL_CLOSURE)
+        assert conn.close_code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
     other = await k.connect()
     assert (await other.stats())["bad_frames"] == 1
 
@@ -184,6 +180,36 @@ def _ws_frame(payload: bytes, opcode: int = 0x1) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
+async def _ws_handshake(loop, sock: socket.socket, address: str) -> bytes:
+    """Connect a raw socket to the kernel's WebSocket and upgrade it; what came after the 101's headers."""
+    host, port = address.removeprefix("ws://").split("/", 1)[0].split(":")
+    await loop.sock_connect(sock, (host, int(port)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    await loop.sock_sendall(sock, (
+        f"GET /kernel HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:  # the kernel sends nothing past the headers until it is spoken to
+        head += await asyncio.wait_for(loop.sock_recv(sock, 4096), 10)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return head.split(b"\r\n\r\n", 1)[1]
+
+
+def _server_frames(buf: bytes) -> list[tuple[int, bytes]]:
+    """The whole (unmasked, unfragmented) frames a kernel sent: (opcode, payload)."""
+    frames = []
+    while len(buf) >= 2:
+        n, at = buf[1] & 0x7F, 2
+        if n >= 126:
+            at = 4 if n == 126 else 10
+            n = int.from_bytes(buf[2:at], "big")
+        if len(buf) < at + n:
+            break
+        frames.append((buf[0] & 0x0F, buf[at:at + n]))
+        buf = buf[at + n:]
+    return frames
+
+
 @pytest.mark.parametrize("transport", ["tcp", "ws"])
 async def test_client_that_stops_reading_is_dropped(rk, transport):
     k = await _kernel(rk, transport, "--max-write-buffer", "65536")
@@ -196,16 +222,7 @@ async def test_client_that_stops_reading_is_dropped(rk, transport):
             await loop.sock_connect(sock, tcp_address(k.address))
             flood = b'{"type":"auth","token":"tok"}\n' + b'{"type":"stats"}\n' * 20000
         else:
-            host, port = k.address.removeprefix("ws://").split("/", 1)[0].split(":")
-            await loop.sock_connect(sock, (host, int(port)))
-            key = base64.b64encode(os.urandom(16)).decode()
-            await loop.sock_sendall(sock, (
-                f"GET /kernel HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-            head = b""
-            while b"\r\n\r\n" not in head:  # the kernel sends nothing past the headers until it is spoken to
-                head += await asyncio.wait_for(loop.sock_recv(sock, 4096), 10)
-            assert head.startswith(b"HTTP/1.1 101"), head
+            await _ws_handshake(loop, sock, k.address)
             flood = _ws_frame(b'{"type":"auth","token":"tok"}') + _ws_frame(b'{"type":"stats"}') * 20000
         try:
             await asyncio.wait_for(loop.sock_sendall(sock, flood), 30)
@@ -302,16 +319,7 @@ async def test_ws_close_to_a_client_that_stopped_reading_is_bounded(rk):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.setblocking(False)
     try:
-        host, port = k.address.removeprefix("ws://").split("/", 1)[0].split(":")
-        await loop.sock_connect(sock, (host, int(port)))
-        key = base64.b64encode(os.urandom(16)).decode()
-        await loop.sock_sendall(sock, (
-            f"GET /kernel HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += await asyncio.wait_for(loop.sock_recv(sock, 4096), 10)
-        assert head.startswith(b"HTTP/1.1 101"), head
+        await _ws_handshake(loop, sock, k.address)
         flood = _ws_frame(b'{"type":"auth","token":"tok"}') + _ws_frame(b'{"type":"stats"}') * 20000
         # the header of a text frame one byte over the limit: refused before its payload is read
         too_large = bytes([0x81, 0x80 | 127]) + (MIB + 1).to_bytes(8, "big") + os.urandom(4)
@@ -326,5 +334,33 @@ async def test_ws_close_to_a_client_that_stopped_reading_is_bounded(rk):
         assert time.monotonic() - t0 < 2.0 + 3.0
         s = await other.stats()
         assert (s["slow_readers"], s["bad_frames"]) == (0, 1), s
+    finally:
+        sock.close()
+
+
+async def test_ws_oversized_message_is_read_to_its_end_before_the_1009(rk):
+    # A client still sending the message it was told is too large: were the
+    # kernel to close before the rest arrived, the rest would draw a RST that
+    # can overtake the close frame. Sent in two parts, the second only once the
+    # too_large frame is in, the kernel waits for it, closes with 1009, and the
+    # connection ends with a FIN, not a reset.
+    k = await _kernel(rk, "ws")
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        got = await _ws_handshake(loop, sock, k.address)
+        size, first = MIB + 1, 64 << 10
+        await loop.sock_sendall(sock, _ws_frame(b'{"type":"auth","token":"tok"}')
+                                + bytes([0x81, 0x80 | 127]) + size.to_bytes(8, "big") + os.urandom(4) + b" " * first)
+        while not any(op == 0x1 and b'"too_large"' in p for op, p in _server_frames(got)):
+            chunk = await asyncio.wait_for(loop.sock_recv(sock, 1 << 16), 10)
+            assert chunk, _server_frames(got)
+            got += chunk
+        await asyncio.wait_for(loop.sock_sendall(sock, b" " * (size - first)), 10)  # no reset: still being read
+        while chunk := await asyncio.wait_for(loop.sock_recv(sock, 1 << 16), 10):
+            got += chunk
+        closes = [p for op, p in _server_frames(got) if op == 0x8]
+        assert [int.from_bytes(p[:2], "big") for p in closes] == [aiohttp.WSCloseCode.MESSAGE_TOO_BIG]
     finally:
         sock.close()

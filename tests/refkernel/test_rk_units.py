@@ -1,5 +1,6 @@
 """In-process tests of the kernel's parts (the other files drive the real
-process): the stream accumulators, the tools' limits, the batch rule, dedup."""
+process): the stream accumulators, the tools' limits, the batch rule, dedup, the
+WebSocket oversize watch."""
 
 from __future__ import annotations
 
@@ -343,3 +344,74 @@ def test_session_and_step_limits_are_checked(tmp_path, field, value):
         KernelSettings(listen="tcp:127.0.0.1:0", llm_url="http://127.0.0.1:9/v1", data_dir=tmp_path, **{field: value})
     d = KernelSettings(listen="tcp:127.0.0.1:0", llm_url="http://127.0.0.1:9/v1", data_dir=tmp_path)
     assert (d.max_steps, d.session_turns, d.max_sessions) == (32, 64, 10_000)
+
+
+def _ws_head(opcode: int, n: int, fin: bool = True) -> bytes:
+    """A masked client frame's header (RFC 6455 5.2); the watch never looks past headers."""
+    head = bytes([(0x80 if fin else 0) | opcode])
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 1 << 16:
+        head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    return head + b"mask"
+
+
+class _Inner(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.got = bytearray()
+        self.lost = False
+
+    def data_received(self, data: bytes) -> None:
+        self.got += data
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+
+def _feed(watch, data: bytes, sizes=(1, 3, 65536, 7, 100_000, 2)) -> None:
+    """In reads of uneven sizes, so that headers split across them."""
+    pos, i = 0, 0
+    while pos < len(data):
+        watch.data_received(data[pos:pos + sizes[i % len(sizes)]])
+        pos += sizes[i % len(sizes)]
+        i += 1
+
+
+def test_ws_oversize_watch_ends_with_the_last_byte_of_the_message_over_the_limit():
+    from refkernel.settings import MAX_FRAME
+    from refkernel.transport import _OversizeWatch
+
+    inner = _Inner()
+    watch = _OversizeWatch(inner)
+    half = MAX_FRAME // 2 + 1
+    stream = (
+        _ws_head(0x1, 20) + b"x" * 20
+        + _ws_head(0x1, MAX_FRAME) + b"x" * MAX_FRAME  # at the limit: allowed
+        + _ws_head(0x1, half, fin=False) + b"x" * half
+        + _ws_head(0x9, 4) + b"ping"  # a control frame between the fragments
+        + _ws_head(0x0, half) + b"x" * half  # the two fragments sum to one byte over
+    )
+    _feed(watch, stream[:-1])
+    assert not watch.ended.is_set()
+    watch.data_received(stream[-1:])
+    assert watch.ended.is_set()
+    watch.data_received(_ws_head(0x1, 2) + b"{}")
+    assert bytes(inner.got) == stream + _ws_head(0x1, 2) + b"{}"  # aiohttp's protocol gets every byte
+
+
+def test_ws_oversize_watch_gives_up_after_its_bytes_and_passes_connection_lost_on():
+    from refkernel.transport import WS_DRAIN_MAX, _OversizeWatch
+
+    watch = _OversizeWatch(inner := _Inner())
+    watch.data_received(_ws_head(0x1, 1 << 62))  # a message that never ends
+    block = b"x" * (1 << 20)
+    for _ in range(WS_DRAIN_MAX // len(block)):
+        watch.data_received(block)
+    assert not watch.ended.is_set()
+    watch.data_received(b"x")
+    assert watch.ended.is_set()
+    other = _OversizeWatch(_Inner())
+    other.connection_lost(None)
+    assert other.ended.is_set() and other.inner.lost and not inner.lost
