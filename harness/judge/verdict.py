@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, NamedTuple
 
-from mock.markers import Plan, parse_text_line, parse_timestamps, parse_verdict, peak_overlap
+from mock.markers import Plan, VerdictLine, parse_text_line, parse_timestamps, parse_verdict, peak_overlap
 
 from ..wire.client import Turn
 from .contract import REFKERNEL, Contract
@@ -279,10 +279,23 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: C
     when one was asked for (``joined``): a kernel that rewords the model's
     answer is judged by it; a kernel that echoes the verdict line must agree
     with it. ``verdict_source`` says which was used."""
-    failures: list[str] = []
     fields: dict[str, Any] = {}
-    reply = turn.reply
+    failures = _delivery_failures(turn, plan, expect_duplicate)
+    if failures is None:
+        if not plan.has_tools:
+            failures = _text_failures(turn, plan, contract, mock, joined, fields)
+        else:
+            failures = _tool_failures(turn, plan, contract, mock, joined, fields)
+    if mock is not None and "anatomy" not in fields and turn.outcome == "response":
+        fields["anatomy"] = turn_anatomy(turn, mock, 0.0)
+    return _verdict(turn, plan, failures, fields)
 
+
+def _delivery_failures(turn: Turn, plan: Plan, expect_duplicate: bool) -> list[str] | None:
+    """The failures of a turn settled by how it ended (no connection, no
+    answer, a replay, an error frame) before any verdict line is read; None
+    when it brought an answer that the verdict line must judge."""
+    failures: list[str] = []
     if turn.outcome == "conn_error":
         # the reason travels with the name (turns.jsonl, the report's examples)
         failures.append(f"conn_error:{turn.conn_kind or 'unknown'}" + (f" ({turn.conn_error})" if turn.conn_error else ""))
@@ -302,62 +315,82 @@ def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: C
             failures.append(f"missing_verdict (expected an error frame for {plan.marker}, got a response)")
     elif turn.outcome == "error":
         failures.append(f"error_frame:{turn.error_code}")
-    elif not plan.has_tools:
-        said = parse_text_line(reply)
-        recorded = parse_text_line((mock or {}).get("text_verdict") or "")
-        fields["verdict_source"] = _source(said, recorded)
-        if said is not None and recorded is not None and said.format() != recorded.format() and said.nonce == plan.nonce:
-            failures.append(f"verdict_mismatch (the reply says {said.format()!r}, the mock recorded {recorded.format()!r})")
-        tv = said or recorded
-        if tv is None:
-            failures.append("missing_verdict" + (" (neither in the reply nor in the mock's record)" if joined else ""))
-        elif tv.nonce != plan.nonce:
-            failures.append(f"wrong_nonce ({tv.nonce} != {plan.nonce})")
-        elif not tv.ok and not (tv.history and not contract.sessions):
-            # a kernel declaring sessions=false keeps no history: nothing to hold it to
-            failures.append(f"history {tv.history}" if tv.history else "missing_verdict")
     else:
-        said_line = parse_verdict(reply)
-        v = (mock or {}).get("verdict") or {}
-        recorded_line = parse_verdict(v.get("line") or "") if isinstance(v, dict) else None
-        fields["verdict_source"] = _source(said_line, recorded_line)
-        line = said_line or recorded_line
-        if line is None:
-            failures.append("missing_verdict" + (" (neither in the reply nor in the mock's record)" if joined else ""))
-        else:
-            if said_line is not None and recorded_line is not None and said_line.format() != recorded_line.format() and said_line.nonce == plan.nonce:
-                failures.append(f"verdict_mismatch (the reply says {said_line.format()!r}, the mock recorded {recorded_line.format()!r})")
-            fields.update(expected=line.expected, got=line.got, errors=line.errors, tool_ms=line.tool_ms)
-            if line.steps_total is not None:
-                fields.update(steps=line.steps, steps_total=line.steps_total)
-            if line.nonce != plan.nonce:
-                failures.append(f"wrong_nonce ({line.nonce} != {plan.nonce})")
-            if line.loop not in (None, "ok"):
-                failures.append(f"loop {line.loop} (steps {line.steps}/{line.steps_total})")
-            if line.history not in (None, "ok") and contract.sessions:
-                failures.append(f"history {line.history}")
-            if line.got != line.expected:
-                failures.append(f"count {line.got}/{line.expected}")
-            if not line.ids:
-                failures.append("ids")
-            if not line.args:
-                failures.append("args")
-            if not line.order and contract.order == "declared":
-                failures.append("order")
-            if line.errors != plan.expected_errors:
-                failures.append(f"errors {line.errors}/{plan.expected_errors}")
-            stamps = parse_timestamps(reply, plan.nonce) if said_line is not None else {}
-            if not stamps:
-                stamps = _stamps_of(mock)
-            measured, broken = schedule(plan, timed_intervals(stamps, plan), contract)
-            tool_wall = measured.pop("tool_wall_ms", None)
-            fields.update(measured)
-            failures.extend(broken)
-            if mock is not None:
-                fields["anatomy"] = turn_anatomy(turn, mock, (tool_wall or 0.0) / 1000)
-    if mock is not None and "anatomy" not in fields and turn.outcome == "response":
-        fields["anatomy"] = turn_anatomy(turn, mock, 0.0)
+        return None
+    return failures
 
+
+def _text_failures(turn: Turn, plan: Plan, contract: Contract, mock: dict[str, Any] | None, joined: bool, fields: dict[str, Any]) -> list[str]:
+    """A plain input's answer: its text verdict line, from the reply or the mock's record."""
+    failures: list[str] = []
+    said = parse_text_line(turn.reply)
+    recorded = parse_text_line((mock or {}).get("text_verdict") or "")
+    fields["verdict_source"] = _source(said, recorded)
+    if said is not None and recorded is not None and said.format() != recorded.format() and said.nonce == plan.nonce:
+        failures.append(f"verdict_mismatch (the reply says {said.format()!r}, the mock recorded {recorded.format()!r})")
+    tv = said or recorded
+    if tv is None:
+        failures.append("missing_verdict" + (" (neither in the reply nor in the mock's record)" if joined else ""))
+    elif tv.nonce != plan.nonce:
+        failures.append(f"wrong_nonce ({tv.nonce} != {plan.nonce})")
+    elif not tv.ok and not (tv.history and not contract.sessions):
+        # a kernel declaring sessions=false keeps no history: nothing to hold it to
+        failures.append(f"history {tv.history}" if tv.history else "missing_verdict")
+    return failures
+
+
+def _tool_failures(turn: Turn, plan: Plan, contract: Contract, mock: dict[str, Any] | None, joined: bool, fields: dict[str, Any]) -> list[str]:
+    """A tool input's answer: its verdict line (from the reply or the mock's
+    record), then how the tools were scheduled."""
+    said_line = parse_verdict(turn.reply)
+    v = (mock or {}).get("verdict") or {}
+    recorded_line = parse_verdict(v.get("line") or "") if isinstance(v, dict) else None
+    fields["verdict_source"] = _source(said_line, recorded_line)
+    line = said_line or recorded_line
+    if line is None:
+        return ["missing_verdict" + (" (neither in the reply nor in the mock's record)" if joined else "")]
+    failures: list[str] = []
+    if said_line is not None and recorded_line is not None and said_line.format() != recorded_line.format() and said_line.nonce == plan.nonce:
+        failures.append(f"verdict_mismatch (the reply says {said_line.format()!r}, the mock recorded {recorded_line.format()!r})")
+    fields.update(expected=line.expected, got=line.got, errors=line.errors, tool_ms=line.tool_ms)
+    if line.steps_total is not None:
+        fields.update(steps=line.steps, steps_total=line.steps_total)
+    failures += _line_failures(line, plan, contract)
+    stamps = parse_timestamps(turn.reply, plan.nonce) if said_line is not None else {}
+    if not stamps:
+        stamps = _stamps_of(mock)
+    measured, broken = schedule(plan, timed_intervals(stamps, plan), contract)
+    tool_wall = measured.pop("tool_wall_ms", None)
+    fields.update(measured)
+    failures += broken
+    if mock is not None:
+        fields["anatomy"] = turn_anatomy(turn, mock, (tool_wall or 0.0) / 1000)
+    return failures
+
+
+def _line_failures(line: VerdictLine, plan: Plan, contract: Contract) -> list[str]:
+    """What a tool verdict line says went wrong, against the plan and the contract."""
+    failures: list[str] = []
+    if line.nonce != plan.nonce:
+        failures.append(f"wrong_nonce ({line.nonce} != {plan.nonce})")
+    if line.loop not in (None, "ok"):
+        failures.append(f"loop {line.loop} (steps {line.steps}/{line.steps_total})")
+    if line.history not in (None, "ok") and contract.sessions:
+        failures.append(f"history {line.history}")
+    if line.got != line.expected:
+        failures.append(f"count {line.got}/{line.expected}")
+    if not line.ids:
+        failures.append("ids")
+    if not line.args:
+        failures.append("args")
+    if not line.order and contract.order == "declared":
+        failures.append("order")
+    if line.errors != plan.expected_errors:
+        failures.append(f"errors {line.errors}/{plan.expected_errors}")
+    return failures
+
+
+def _verdict(turn: Turn, plan: Plan, failures: list[str], fields: dict[str, Any]) -> TurnVerdict:
     return TurnVerdict(
         input_id=turn.input_id,
         nonce=turn.nonce,
