@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,6 +17,16 @@ import pytest
 # tests/ itself is importable: shared helpers such as waiting.py
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 TESTS = Path(__file__).resolve().parent
+
+# Parallel workers (pytest-xdist, `make test`) share this host. Each names its
+# network namespaces apart (a sandbox's start sweeps stale namespaces of its
+# own prefix only: a test's deliberately stale one is not another worker's to
+# take) and keeps its own pointer to a detached sandbox; subprocesses inherit
+# both. Run dirs and sockets already live under each test's tmp_path.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... under xdist
+os.environ["KSTRESS_NS_PREFIX"] = "kstw" + _WORKER.removeprefix("gw") if _WORKER else "kstt"
+os.environ["KSTRESS_HOME"] = tempfile.mkdtemp(prefix=f"kst-home-{_WORKER or 'main'}-")
+atexit.register(shutil.rmtree, os.environ["KSTRESS_HOME"], True)
 # folders whose tests need root: named network namespaces, or dropping to
 # nobody for the rootless variant (CI runs as root)
 ROOT_DIRS = ("e2e", "harness/sandbox")

@@ -69,6 +69,17 @@ _POLL_S = 0.01
 
 _MNT_DETACH = 2
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+# Suites that share a host (parallel test workers, two CI jobs) name their
+# namespaces apart with it: a sweep removes only its own prefix's stale ones.
+PREFIX_ENV = "KSTRESS_NS_PREFIX"
+
+
+def default_prefix() -> str:
+    """The namespaces' name prefix: $KSTRESS_NS_PREFIX, else `kst`."""
+    prefix = os.environ.get(PREFIX_ENV) or "kst"
+    if not _PREFIX_RE.match(prefix):
+        raise UsageError(f"{PREFIX_ENV}={prefix!r} is invalid: 1-16 lowercase letters/digits starting with a letter, e.g. kst or kstw1")
+    return prefix
 
 _HINTS = {
     "netns": {
@@ -307,7 +318,7 @@ def _pid_alive(pid: int) -> bool:
 # --------------------------------------------------------------------------- sweep
 
 
-def sweep_stale(lock_dir: Path | None = None, *, prefix: str = "kst") -> list[str]:
+def sweep_stale(lock_dir: Path | None = None, *, prefix: str | None = None) -> list[str]:
     """Remove `<prefix>-*` namespaces whose owner is gone; return their names.
 
     A namespace is stale when its lock file in `lock_dir` can be locked (neither
@@ -317,6 +328,7 @@ def sweep_stale(lock_dir: Path | None = None, *, prefix: str = "kst") -> list[st
     live in another lock dir). Processes inside a stale namespace are SIGTERMed,
     then SIGKILLed after SWEEP_GRACE_S."""
     lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
+    prefix = prefix if prefix is not None else default_prefix()
     names: set[str] = set()
     if lock_dir.is_dir():
         names.update(p.name[: -len(".lock")] for p in lock_dir.glob(f"{prefix}-*.lock"))
@@ -443,7 +455,7 @@ class Sandbox:
         *,
         mechanism: str = "auto",
         grace_s: float = 3.0,
-        prefix: str = "kst",
+        prefix: str | None = None,
         lock_dir: Path | None = None,
         guardian: bool = True,
     ) -> None:
@@ -454,6 +466,7 @@ class Sandbox:
             )
         if not isinstance(grace_s, (int, float)) or not math.isfinite(grace_s) or grace_s < 0:
             raise UsageError(f"sandbox grace_s={grace_s!r} must be a finite number of seconds >= 0, e.g. 3.0")
+        prefix = default_prefix() if prefix is None else prefix
         if not isinstance(prefix, str) or not _PREFIX_RE.match(prefix):
             raise UsageError(
                 f"sandbox prefix={prefix!r} must be 1-16 lowercase letters/digits starting with a letter, e.g. 'kst'"

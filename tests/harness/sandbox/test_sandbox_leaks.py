@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from harness.sandbox.namespace import NETNS_DIR, Sandbox
+from harness.sandbox.namespace import NETNS_DIR, Sandbox, default_prefix
 from sbx_helpers import alive, await_until, leftovers, wait_gone
 
 LEAK_DEADLINE_S = 2.0
@@ -123,9 +123,10 @@ def _plant(name: str, with_process: bool) -> subprocess.Popen | None:
 async def test_sweep_of_planted_named_namespaces_honours_locks(lock_dir):
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid whose owner is certainly gone
-    names = {k: f"kst-{dead.pid}-{v}" for k, v in
+    kst = default_prefix()  # this worker's namespaces (KSTRESS_NS_PREFIX): another worker's sweep never takes them
+    names = {k: f"{kst}-{dead.pid}-{v}" for k, v in
              dict(stale_unlocked="0000aaa1", stale_no_lock="0000aaa2", live_locked="0000aaa3").items()}
-    names["live_owner_alive"] = f"kst-{os.getpid()}-0000aaa4"  # no lock file in lock_dir, owner alive
+    names["live_owner_alive"] = f"{kst}-{os.getpid()}-0000aaa4"  # no lock file in lock_dir, owner alive
     procs = []
     holder = None
     try:
@@ -141,7 +142,7 @@ async def test_sweep_of_planted_named_namespaces_honours_locks(lock_dir):
                                    str(live_lock)])
         await await_until(lambda: _locked(live_lock), 10, f"flock to hold {live_lock}")
         _plant(names["live_owner_alive"], with_process=False)
-        staging = lock_dir / f".kst-{dead.pid}-0000aaa5.new"  # an owner died before naming its lock
+        staging = lock_dir / f".{kst}-{dead.pid}-0000aaa5.new"  # an owner died before naming its lock
         staging.write_text("{}")
 
         async with Sandbox(lock_dir=lock_dir, mechanism="netns") as sb:
