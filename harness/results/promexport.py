@@ -36,8 +36,6 @@ def target_name(doc: dict[str, Any]) -> str:
 
 def families(scenario: str, target: str, rows: Sequence[dict[str, Any]], doc: dict[str, Any] | None = None) -> Iterable[Any]:
     """Every metric family of a run: the rows so far, plus the final summary when ``doc`` is given."""
-    base = {"scenario": scenario, "target": target}
-    labels = ["scenario", "target"]
     # hold's load is its probe inputs; stress's probe is the replay-guard check, not load
     kinds = LOAD_KINDS + (("probe",) if scenario == "hold" else ())
     turns = [r for r in rows if r.get("kind") in kinds and not r.get("warmup")]
@@ -47,6 +45,22 @@ def families(scenario: str, target: str, rows: Sequence[dict[str, Any]], doc: di
     def key(r: dict[str, Any]) -> tuple[str, ...]:
         return (r.get("marker") or "text",) + ((str(r.get("kernel") or ""),) if kernel else ())
 
+    yield from _turn_families(scenario, target, turns, by, key)
+    yield from _latency_families(scenario, target, turns, by, key)
+    if doc is None:
+        return
+    s = doc.get("summary") or {}
+    yield from _run_families(scenario, target, doc, s)
+    yield from _resource_families(scenario, target, s.get("resources") or {})
+    yield from _scenario_families(scenario, target, s)
+
+
+_Key = Callable[[dict[str, Any]], tuple[str, ...]]
+
+
+def _turn_families(scenario: str, target: str, turns: list[dict[str, Any]], by: list[str], key: _Key) -> Iterable[Any]:
+    """The turns judged, by marker and result, and the failed ones by failure name."""
+    labels = ["scenario", "target"]
     counts = CounterMetricFamily("kstress_turns", "Turns judged, by marker and result (warm-up turns excluded).", labels=labels + by + ["result"])
     tally: dict[tuple[str, ...], int] = {}
     for r in turns:
@@ -66,6 +80,10 @@ def families(scenario: str, target: str, rows: Sequence[dict[str, Any]], doc: di
         fails.add_metric([scenario, target, n], v)
     yield fails
 
+
+def _latency_families(scenario: str, target: str, turns: list[dict[str, Any]], by: list[str], key: _Key) -> Iterable[Any]:
+    """Passed turns' latency: a histogram and nearest-rank quantiles per series."""
+    labels = ["scenario", "target"]
     lat: dict[tuple[str, ...], list[float]] = {}
     for r in turns:
         if r.get("passed") and _num(r.get("latency_s")):
@@ -86,9 +104,10 @@ def families(scenario: str, target: str, rows: Sequence[dict[str, Any]], doc: di
     yield hist
     yield quant
 
-    if doc is None:
-        return
-    s = doc.get("summary") or {}
+
+def _run_families(scenario: str, target: str, doc: dict[str, Any], s: dict[str, Any]) -> Iterable[Any]:
+    """The ended run's outcome: its info, passed, exit code, throughput, pass rate and thresholds."""
+    labels = ["scenario", "target"]
     info = GaugeMetricFamily("kstress_run_info", "The run: 1, with its directory and kstress version as labels.", labels=labels + ["run", "version"])
     info.add_metric([scenario, target, str(doc.get("run_name") or ""), str(((doc.get("meta") or {}).get("host") or {}).get("harness_version") or "")], 1)
     yield info
@@ -117,7 +136,11 @@ def families(scenario: str, target: str, rows: Sequence[dict[str, Any]], doc: di
                 val.add_metric([scenario, target, t["expr"]], t["value"])
         yield ok
         yield val
-    res = s.get("resources") or {}
+
+
+def _resource_families(scenario: str, target: str, res: dict[str, Any]) -> Iterable[Any]:
+    """The target's peaks over the run, the ones the sampler measured."""
+    labels = ["scenario", "target"]
     for k, name, scale, help_ in (("peak_rss_mb", "kstress_target_peak_rss_bytes", 2**20, "Peak RSS of the target's process tree."),
                                   ("peak_cpu_pct", "kstress_target_peak_cpu_percent", 1, "Peak CPU of the target's process tree, % of one core."),
                                   ("peak_fds", "kstress_target_peak_fds", 1, "Peak open file descriptors of the target's process tree."),
@@ -126,6 +149,11 @@ def families(scenario: str, target: str, rows: Sequence[dict[str, Any]], doc: di
             g = GaugeMetricFamily(name, help_, labels=labels)
             g.add_metric([scenario, target], res[k] * scale)
             yield g
+
+
+def _scenario_families(scenario: str, target: str, s: dict[str, Any]) -> Iterable[Any]:
+    """What only some summaries hold: abtest's speedups, findmax's level, the turn anatomy."""
+    labels = ["scenario", "target"]
     if scenario == "abtest":
         g = GaugeMetricFamily("kstress_abtest_speedup", "Serial / concurrent tool time per batch size N (valid rows only).", labels=labels + ["n"])
         for r in s.get("rows") or ():
