@@ -277,6 +277,24 @@ _SIGNALS = {s.name: s for s in signal.Signals}
 
 def load_target(path: str | Path) -> TargetSpec:
     p = Path(path)
+    t, contract = _read_target_file(p)
+    kw: dict[str, Any] = {"source": str(p), "contract": contract}
+    kw["bin"] = _bin_path(t.get("bin"), p) or ""
+    kw.update(_command_fields(t, p))
+    kw.update(_setting_fields(t, p))
+    kw.update(_lifecycle_fields(t, p))
+    if t.get("bin") == "refkernel" and "argv" not in t:
+        # the reference kernel's own form: its token through the environment
+        kw["argv"] = REFKERNEL_ARGV
+        kw["env"] = {**REFKERNEL_ENV, **kw.get("env", {})}
+    return TargetSpec(**kw)
+
+
+_TARGET_KEYS = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args", "llm_api", "listen", "ws_path", "secret"}
+
+
+def _read_target_file(p: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The file's [target] and [contract] tables, once the file parses and holds no table or key it should not."""
     try:
         data = tomllib.loads(p.read_text())
     except OSError as exc:
@@ -292,25 +310,28 @@ def load_target(path: str | Path) -> TargetSpec:
     contract = data.get("contract", {})
     if not isinstance(contract, dict):
         raise UsageError(f"target file {p}: contract must be a table ([contract]), see docs/targets.md")
-    known = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args", "llm_api", "listen", "ws_path", "secret"}
-    unknown = set(t) - known
+    unknown = set(t) - _TARGET_KEYS
     if unknown:
-        raise UsageError(f"target file {p}: unknown keys {sorted(unknown)} in [target]; known: {sorted(known)}")
-    base = p.parent
+        raise UsageError(f"target file {p}: unknown keys {sorted(unknown)} in [target]; known: {sorted(_TARGET_KEYS)}")
+    return t, contract
 
-    def rel(value: Any, key: str) -> str | None:
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise UsageError(f"target file {p}: {key} must be a string")
-        if key == "bin" and value == "refkernel":
-            return default_refkernel_bin()
-        if "/" in value and not os.path.isabs(value):
-            return str((base / value).resolve())
-        return value
 
-    kw: dict[str, Any] = {"source": str(p), "contract": contract}
-    kw["bin"] = rel(t.get("bin"), "bin") or ""
+def _bin_path(value: Any, p: Path) -> str | None:
+    """A path with a slash is relative to the file, not to where kstress runs; `refkernel` is ours."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise UsageError(f"target file {p}: bin must be a string")
+    if value == "refkernel":
+        return default_refkernel_bin()
+    if "/" in value and not os.path.isabs(value):
+        return str((p.parent / value).resolve())
+    return value
+
+
+def _command_fields(t: dict[str, Any], p: Path) -> dict[str, Any]:
+    """argv and args: what the binary is started with."""
+    kw: dict[str, Any] = {}
     if "argv" in t:
         argv = t["argv"]
         if isinstance(argv, str):
@@ -322,6 +343,12 @@ def load_target(path: str | Path) -> TargetSpec:
         if not isinstance(t["args"], list) or not all(isinstance(a, str) for a in t["args"]):
             raise UsageError(f"target file {p}: args must be a list of strings")
         kw["extra_args"] = tuple(t["args"])
+    return kw
+
+
+def _setting_fields(t: dict[str, Any], p: Path) -> dict[str, Any]:
+    """The plain strings, the tool catalog, the secret names and the environment."""
+    kw: dict[str, Any] = {}
     for key in ("name", "ready", "protocol", "llm_api", "listen", "ws_path"):
         if key in t:
             if not isinstance(t[key], str):
@@ -330,7 +357,7 @@ def load_target(path: str | Path) -> TargetSpec:
     if "tools" in t:
         if not isinstance(t["tools"], str):
             raise UsageError(f"target file {p}: tools must be a string (the path of a tool catalog, relative to the file)")
-        kw["tools"] = str((base / t["tools"]).resolve())
+        kw["tools"] = str((p.parent / t["tools"]).resolve())
         load_catalog_file(kw["tools"], f"target file {p}: tools")  # a bad catalog fails here, not in the mock
     if "secret" in t:
         sec = t["secret"]
@@ -342,6 +369,12 @@ def load_target(path: str | Path) -> TargetSpec:
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise UsageError(f"target file {p}: env must be a table of strings")
         kw["env"] = env
+    return kw
+
+
+def _lifecycle_fields(t: dict[str, Any], p: Path) -> dict[str, Any]:
+    """How the target is started and stopped: its timeouts, stop signal and config file."""
+    kw: dict[str, Any] = {}
     for key in ("start_timeout_s", "stop_grace_s"):
         if key in t:
             if not isinstance(t[key], (int, float)):
@@ -359,8 +392,4 @@ def load_target(path: str | Path) -> TargetSpec:
         if "/" in cfg["file"]:
             raise UsageError(f"target file {p}: config.file {cfg['file']!r} must be a plain file name (it goes in the data dir)")
         kw["config_file"], kw["config_template"] = cfg["file"], cfg["template"]
-    if t.get("bin") == "refkernel" and "argv" not in t:
-        # the reference kernel's own form: its token through the environment
-        kw["argv"] = REFKERNEL_ARGV
-        kw["env"] = {**REFKERNEL_ENV, **kw.get("env", {})}
-    return TargetSpec(**kw)
+    return kw
