@@ -102,6 +102,25 @@ def _scalar(kind: str, value: Any, where: str, p: click.Parameter, errors: list[
 
 def load(path: Path, registry: dict[str, Any], command_for: Any) -> ScenarioFile:
     """The file validated whole and turned into argv; UsageError listing every problem."""
+    raw, data = _read(path)
+    name = _scenario_name(path, data, registry)
+    cmd: click.Command = command_for(registry[name])
+    errors: list[str] = []
+    opts, positional, extra = _translate(data, cmd, name, path.resolve().parent, errors)
+    args_order = [_name(p) for p in cmd.params if isinstance(p, click.Argument) and p.nargs != -1]
+    for a in args_order:
+        if a not in positional:
+            errors.append(f"{a}: `kstress {name}` needs it (a positional argument)")
+    if errors:
+        raise UsageError(f"scenario file {path}: {len(errors)} problem{'s' if len(errors) > 1 else ''}, nothing was started:\n  " + "\n  ".join(errors))
+    argv = opts + [positional[a] for a in args_order]
+    if extra:
+        argv += ["--", *extra]
+    return ScenarioFile(path.resolve(), hashlib.sha256(raw).hexdigest(), name, tuple(argv))
+
+
+def _read(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """The file's bytes (its hash is the run's record of it) and its TOML."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -110,7 +129,11 @@ def load(path: Path, registry: dict[str, Any], command_for: Any) -> ScenarioFile
         data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"scenario file {path}: not valid TOML: {exc}") from None
-    errors: list[str] = []
+    return raw, data
+
+
+def _scenario_name(path: Path, data: dict[str, Any], registry: dict[str, Any]) -> str:
+    """The scenario the file names; without a known one nothing else can be checked, so it fails alone."""
     name = data.get("scenario")
     if name is None and isinstance(data.get("target"), dict):
         raise UsageError(f"scenario file {path}: this is a target file (a [target] table, docs/targets.md), not a scenario file; "
@@ -119,10 +142,15 @@ def load(path: Path, registry: dict[str, Any], command_for: Any) -> ScenarioFile
         hint = difflib.get_close_matches(str(name), list(registry), 1)
         raise UsageError(f"scenario file {path}:\n  scenario: " + ("missing: say which scenario runs, " if name is None else f"unknown scenario {name!r}; ")
                          + (f"did you mean {hint[0]!r}? " if hint else "") + f"known: {', '.join(registry)}")
-    cmd: click.Command = command_for(registry[name])
+    return name
+
+
+def _translate(data: dict[str, Any], cmd: click.Command, name: str, base: Path, errors: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """Each key of the file as the command's options, its positional
+    arguments by name, and what goes after `--`; every problem appended to
+    ``errors`` in the file's order."""
     params = {_name(p): p for p in cmd.params if not (isinstance(p, click.Argument) and p.nargs == -1)}
     params.pop("help", None)
-    base = path.resolve().parent
     opts: list[str] = []
     positional: dict[str, str] = {}
     extra: list[str] = []
@@ -136,53 +164,58 @@ def load(path: Path, registry: dict[str, Any], command_for: Any) -> ScenarioFile
                 extra = list(value)
             continue
         if key in TABLES and isinstance(value, dict) and key in params:
-            for k, v in value.items():
-                if isinstance(v, bool):
-                    v = str(v).lower()
-                if not isinstance(v, (str, int, float)):
-                    errors.append(f"{key}.{k}: expected a string, a number or a boolean, got {v!r}")
-                    continue
-                opts += [TABLES[key], f"{k}={v}"]
+            opts += _table_opts(key, value, errors)
             continue
         p = params.get(key)
         if p is None:
             hint = difflib.get_close_matches(key, list(params) + ["args", "scenario"], 1)
             errors.append(f"{key}: not a flag of `kstress {name}`" + (f"; did you mean {hint[0]!r}?" if hint else "") + f" (see `kstress {name} --help`; keys are the flags without their dashes)")
             continue
-        kind = _kind(p)
         if isinstance(p, click.Argument):
-            v = _scalar(kind, value, key, p, errors)
+            v = _scalar(_kind(p), value, key, p, errors)
             if v is not None:
                 positional[key] = v
             continue
-        flag = p.opts[0] if not [o for o in p.opts if o.startswith("--")] else [o for o in p.opts if o.startswith("--")][0]
-        if kind == "bool":
-            if not isinstance(value, bool):
-                errors.append(f"{key}: a switch takes true or false, got {value!r}")
-            elif value:
-                opts.append(flag)
+        opts += _option_opts(key, value, p, base, errors)
+    return opts, positional, extra
+
+
+def _table_opts(key: str, value: dict[str, Any], errors: list[str]) -> list[str]:
+    """A [contract] or [env] table as its KEY=VALUE flags."""
+    opts: list[str] = []
+    for k, v in value.items():
+        if isinstance(v, bool):
+            v = str(v).lower()
+        if not isinstance(v, (str, int, float)):
+            errors.append(f"{key}.{k}: expected a string, a number or a boolean, got {v!r}")
             continue
-        items = value if isinstance(value, list) else [value]
-        if isinstance(value, list) and not p.multiple:  # type: ignore[union-attr]
-            errors.append(f"{key}: {flag} is not repeatable: give one value, not a list")
+        opts += [TABLES[key], f"{k}={v}"]
+    return opts
+
+
+def _option_opts(key: str, value: Any, p: click.Parameter, base: Path, errors: list[str]) -> list[str]:
+    """One option's key as its flag and values: a switch, one value, or a repeatable flag's list."""
+    kind = _kind(p)
+    flag = p.opts[0] if not [o for o in p.opts if o.startswith("--")] else [o for o in p.opts if o.startswith("--")][0]
+    if kind == "bool":
+        if not isinstance(value, bool):
+            errors.append(f"{key}: a switch takes true or false, got {value!r}")
+        elif value:
+            return [flag]
+        return []
+    items = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and not p.multiple:  # type: ignore[union-attr]
+        errors.append(f"{key}: {flag} is not repeatable: give one value, not a list")
+        return []
+    opts: list[str] = []
+    for i, item in enumerate(items):
+        where = f"{key}[{i}]" if isinstance(value, list) else key
+        v = _scalar(kind, item, where, p, errors)
+        if v is None:
             continue
-        for i, item in enumerate(items):
-            where = f"{key}[{i}]" if isinstance(value, list) else key
-            v = _scalar(kind, item, where, p, errors)
-            if v is None:
-                continue
-            if (key in PATH_KEYS or kind == "path") and key != "out" and not Path(v).is_absolute():
-                v = str(base / v)
-            if key == "bin" and "/" in v and " " not in v and not Path(v).is_absolute():
-                v = str(base / v)  # a relative binary, beside the file (a command line is left as written)
-            opts += [flag, v]
-    args_order = [_name(p) for p in cmd.params if isinstance(p, click.Argument) and p.nargs != -1]
-    for a in args_order:
-        if a not in positional:
-            errors.append(f"{a}: `kstress {name}` needs it (a positional argument)")
-    if errors:
-        raise UsageError(f"scenario file {path}: {len(errors)} problem{'s' if len(errors) > 1 else ''}, nothing was started:\n  " + "\n  ".join(errors))
-    argv = opts + [positional[a] for a in args_order]
-    if extra:
-        argv += ["--", *extra]
-    return ScenarioFile(path.resolve(), hashlib.sha256(raw).hexdigest(), name, tuple(argv))
+        if (key in PATH_KEYS or kind == "path") and key != "out" and not Path(v).is_absolute():
+            v = str(base / v)
+        if key == "bin" and "/" in v and " " not in v and not Path(v).is_absolute():
+            v = str(base / v)  # a relative binary, beside the file (a command line is left as written)
+        opts += [flag, v]
+    return opts
