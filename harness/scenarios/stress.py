@@ -362,6 +362,28 @@ class _Load:
             for client in clients.values():
                 await client.aclose()
 
+    async def drive(self) -> None:
+        """The load, with the interrupt stream beside it when one is asked for;
+        what the connections met is kept in extras on every path."""
+        stop = asyncio.Event()
+        try:
+            # one connection's fatal error (the target died) cancels and
+            # awaits every other before the results are written
+            self.begin()
+            async with asyncio.TaskGroup() as tg:
+                if self.s.interrupts > 0:
+                    tg.create_task(self.interrupts(stop))
+                try:
+                    if self.s.rate:
+                        await self.open_model()
+                    else:
+                        await self.closed_model()
+                finally:
+                    stop.set()
+        finally:
+            self.run.extras["reconnects"] = self.reconnects
+            self.run.extras["capacity_errors"] = dict(self.capacity_errors)
+
     async def dedup_probe(self, target: Target | None = None) -> dict[str, Any]:
         """Send one input twice, identical: a kernel with a replay guard must
         drop the second (`duplicate: true`)."""
@@ -515,6 +537,87 @@ def stress_checks(summary: dict[str, Any], settings: dict[str, Any] | None = Non
     return checks
 
 
+class _Watch:
+    """What watches the kernels beside the load: each one's stats connection
+    (its counters at the end) and resource sampler. What they measured goes in
+    run.extras, or in the kernel's own entry when there are several."""
+
+    def __init__(self, s: StressSettings, run: Run, targets: list[Target], per_kernel: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> None:
+        self.s = s
+        self.run = run
+        self.targets = targets
+        self.per_kernel = per_kernel
+        self.skipped = skipped
+        self.many = len(targets) > 1
+        self.stats_clients: list[KernelClient | None] = [None] * len(targets)
+        self.samplers: list[Sampler | None] = [None] * len(targets)
+
+    async def open(self) -> None:
+        """Each kernel's stats connection (when its contract has the frame), then its sampler."""
+        for i, t in enumerate(self.targets):
+            of = f" of {t.kernel}" if self.many else ""
+            if t.contract.stats:
+                try:
+                    self.stats_clients[i] = await t.client(connect_timeout_s=self.s.connect_timeout_s).connect()
+                except ConnError:
+                    self.stats_clients[i] = None
+            else:
+                self.skipped.append({"check": f"kernel counters (stats frame){of}", "why": "the contract says stats=false"})
+            if t.target_pid is not None:
+                path = self.run.dir.path / f"resources-{t.kernel}.jsonl" if self.many else self.run.dir.resources_path
+                sc = self.stats_clients[i]
+                sampler = Sampler(t.target_pid, path, self.s.sample_interval_s, sc.stats if sc else None)
+                if sampler.preflight() is None:
+                    await sampler.start()
+                    self.samplers[i] = sampler
+
+    async def read_counters(self) -> None:
+        """The kernels' counters once the load is over; a connection gone by then has none."""
+        for i, sc in enumerate(self.stats_clients):
+            if sc is not None:
+                try:
+                    got = await sc.stats()
+                except ConnError:
+                    continue
+                self._keep(i, "kernel_stats", got)
+
+    async def close(self) -> None:
+        """Every sampler stopped (its peaks kept), then every stats connection closed."""
+        for i, sampler in enumerate(self.samplers):
+            if sampler is not None:
+                got = (await sampler.stop()).to_json()
+                self._keep(i, "resources", got)
+        for sc in self.stats_clients:
+            if sc is not None:
+                await sc.aclose()
+
+    def _keep(self, i: int, key: str, got: Any) -> None:
+        if self.many:
+            self.per_kernel[i][key] = got
+        else:
+            self.run.extras[key] = got
+
+
+async def _replay_probes(load: _Load, targets: list[Target], per_kernel: list[dict[str, Any]], skipped: list[dict[str, Any]], extras: dict[str, Any]) -> None:
+    """The replay-guard probe of each kernel that declares a guard, and one
+    result for the run (with several kernels, every one's guard must hold)."""
+    many = len(targets) > 1
+    probes = []
+    for t, k in zip(targets, per_kernel):
+        if load.s.dedup_probe and t.contract.dedup:
+            probe = await load.dedup_probe(t)
+            probes.append((t, probe))
+            k["dedup_probe"] = probe
+        elif load.s.dedup_probe:
+            of = f" ({t.kernel})" if many else ""
+            skipped.append({"check": f"replay guard drops an identical input{of}", "why": "the contract says dedup=false (the kernel declares no replay guard)"})
+    if probes and not many:
+        extras["dedup_probe"] = probes[0][1]
+    elif probes:
+        bad = [(t, p) for t, p in probes if not p.get("ok")]
+        extras["dedup_probe"] = {"ok": not bad, "detail": "; ".join(f"{t.kernel}: {p.get('detail')}" for t, p in (bad or probes))}
+
+
 async def run_stress(settings: StressSettings, access: Access) -> RunResult:
     targets = kernel_targets(access)  # one, or several kernels at once (--launch with --bin/--target repeated)
     target = targets[0]
@@ -534,81 +637,17 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
         for k, w, n in zip(per_kernel, weights, shares):
             k.update(weight=w, conns=n)
         skipped = extras.setdefault("skipped", [])
-        stats_clients: list[KernelClient | None] = [None] * len(targets)
-        samplers: list[Sampler | None] = [None] * len(targets)
+        watch = _Watch(settings, run, targets, per_kernel, skipped)
         try:
-            for i, t in enumerate(targets):
-                of = f" of {t.kernel}" if many else ""
-                if t.contract.stats:
-                    try:
-                        stats_clients[i] = await t.client(connect_timeout_s=settings.connect_timeout_s).connect()
-                    except ConnError:
-                        stats_clients[i] = None
-                else:
-                    skipped.append({"check": f"kernel counters (stats frame){of}", "why": "the contract says stats=false"})
-                if t.target_pid is not None:
-                    path = run.dir.path / f"resources-{t.kernel}.jsonl" if many else run.dir.resources_path
-                    sc = stats_clients[i]
-                    sampler = Sampler(t.target_pid, path, settings.sample_interval_s, sc.stats if sc else None)
-                    if sampler.preflight() is None:
-                        await sampler.start()
-                        samplers[i] = sampler
-            stop = asyncio.Event()
-            try:
-                # one connection's fatal error (the target died) cancels and
-                # awaits every other before the results are written
-                load.begin()
-                async with asyncio.TaskGroup() as tg:
-                    if settings.interrupts > 0:
-                        tg.create_task(load.interrupts(stop))
-                    try:
-                        if settings.rate:
-                            await load.open_model()
-                        else:
-                            await load.closed_model()
-                    finally:
-                        stop.set()
-            finally:
-                extras["reconnects"] = load.reconnects
-                extras["capacity_errors"] = dict(load.capacity_errors)
+            await watch.open()
+            await load.drive()
             run.check_alive()
-            probes = []
-            for t, k in zip(targets, per_kernel):
-                if settings.dedup_probe and t.contract.dedup:
-                    probe = await load.dedup_probe(t)
-                    probes.append((t, probe))
-                    k["dedup_probe"] = probe
-                elif settings.dedup_probe:
-                    of = f" ({t.kernel})" if many else ""
-                    skipped.append({"check": f"replay guard drops an identical input{of}", "why": "the contract says dedup=false (the kernel declares no replay guard)"})
-            if probes and not many:
-                extras["dedup_probe"] = probes[0][1]
-            elif probes:
-                bad = [(t, p) for t, p in probes if not p.get("ok")]
-                extras["dedup_probe"] = {"ok": not bad, "detail": "; ".join(f"{t.kernel}: {p.get('detail')}" for t, p in (bad or probes))}
+            await _replay_probes(load, targets, per_kernel, skipped, extras)
             if not skipped:
                 del extras["skipped"]
-            for i, sc in enumerate(stats_clients):
-                if sc is not None:
-                    try:
-                        got = await sc.stats()
-                    except ConnError:
-                        continue
-                    if many:
-                        per_kernel[i]["kernel_stats"] = got
-                    else:
-                        extras["kernel_stats"] = got
+            await watch.read_counters()
         finally:
-            for i, sampler in enumerate(samplers):
-                if sampler is not None:
-                    got = (await sampler.stop()).to_json()
-                    if many:
-                        per_kernel[i]["resources"] = got
-                    else:
-                        extras["resources"] = got
-            for sc in stats_clients:
-                if sc is not None:
-                    await sc.aclose()
+            await watch.close()
         run.check_alive()
 
     return await run_scenario(SCENARIO, settings, targets, body, total=None if settings.timed else settings.total_cap)
