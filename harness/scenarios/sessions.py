@@ -130,116 +130,150 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
     targets = kernel_targets(access)  # one, or several kernels at once: sessions go to them by weight
     for t in targets:
         t.prepare()
-    target = targets[0]
-    many = len(targets) > 1
-    if many:
+    session_kernel, kernel_conns = _spread(settings, access, len(targets))
+    run_tag = "r" + os.urandom(3).hex()
+    load = _SessionLoad(settings, access, targets, session_kernel, kernel_conns, run_tag, parse_mix(settings.mix))
+    return await run_scenario(SCENARIO, settings, targets, load.body, total=None if settings.timed else settings.sessions * settings.turns)
+
+
+def _spread(settings: SessionsSettings, access: Access, n_targets: int) -> tuple[list[int], list[int]]:
+    """Each session's kernel, and each kernel's number of connections."""
+    if n_targets > 1:
         check_split("sessions", settings.sessions, access.weights, access.names, "--sessions")
         session_kernel = schedule(settings.sessions, access.weights)
         # each kernel its own connections, its share of --conns (at least one)
         kernel_conns = [max(1, n) for n in split(settings.connections, access.weights)]
     else:
         session_kernel, kernel_conns = [0] * settings.sessions, [settings.connections]
-    run_tag = "r" + os.urandom(3).hex()
-    mix = parse_mix(settings.mix)
-    markers = [m for m, _ in mix]
-    weights = [w for _, w in mix]
+    return session_kernel, kernel_conns
 
-    async def body(run: Run) -> None:
-        if not target.contract.sessions:
+
+class _SessionLoad:
+    """One sessions run's load: the connections the sessions share, the
+    sessions themselves, and the shape's slots that start them one after another."""
+
+    def __init__(self, settings: SessionsSettings, access: Access, targets: list[Target], session_kernel: list[int], kernel_conns: list[int], run_tag: str, mix: tuple[tuple[str, int], ...]) -> None:
+        self.s = settings
+        self.access = access
+        self.targets = targets
+        self.many = len(targets) > 1
+        self.session_kernel = session_kernel
+        self.kernel_conns = kernel_conns
+        self.run_tag = run_tag
+        self.markers = [m for m, _ in mix]
+        self.weights = [w for _, w in mix]
+
+    async def body(self, run: Run) -> None:
+        self.open(run)
+        try:
+            await self.drive()
+        finally:
+            await self.close()
+
+    def open(self, run: Run) -> None:
+        """The connection slots (connected on first use), each kernel's memory
+        before the first turn, and the load's clock."""
+        self.run = run
+        targets, kernel_conns = self.targets, self.kernel_conns
+        if not targets[0].contract.sessions:
             run.extras.setdefault("skipped", []).append({"check": "every session kept its own history", "why": "the contract says sessions=false"})
         # kernel i's connections are conns[base[i] : base[i] + kernel_conns[i]]
-        base = [sum(kernel_conns[:i]) for i in range(len(targets))]
-        conns: list[KernelClient | None] = [None] * sum(kernel_conns)
-        conn_target = [targets[i] for i, n in enumerate(kernel_conns) for _ in range(n)]
-        locks = [asyncio.Lock() for _ in conns]
-        per_kernel = run.extras.get("kernels") or []
-        for i, k in enumerate(per_kernel):
-            k.update(weight=access.weights[i], conns=kernel_conns[i], sessions=session_kernel.count(i), memory={"rss_before_mb": _tree_rss(targets[i].target_pid)})
-        if not many:
-            run.extras["memory"] = {"rss_before_mb": _tree_rss(target.target_pid)}
+        self.base = [sum(kernel_conns[:i]) for i in range(len(targets))]
+        self.conns: list[KernelClient | None] = [None] * sum(kernel_conns)
+        self.conn_target = [targets[i] for i, n in enumerate(kernel_conns) for _ in range(n)]
+        self.locks = [asyncio.Lock() for _ in self.conns]
+        self.per_kernel = run.extras.get("kernels") or []
+        for i, k in enumerate(self.per_kernel):
+            k.update(weight=self.access.weights[i], conns=kernel_conns[i], sessions=self.session_kernel.count(i), memory={"rss_before_mb": _tree_rss(targets[i].target_pid)})
+        if not self.many:
+            run.extras["memory"] = {"rss_before_mb": _tree_rss(targets[0].target_pid)}
+        self.t0 = time.monotonic()
+        self.warm_until = self.t0 + self.s.warmup_s if self.s.warmup_s else None
+        run.extras["load_t0_rel"] = round(self.t0 - run.t0, 4)
+        self.next_id = 0
+        self.max_sessions = MAX_TURNS // self.s.turns  # every load loop is bounded
+        self.full = asyncio.Event()
 
-        async def connection(k: int) -> KernelClient | None:
-            async with locks[k]:  # sessions share it: one connects, the others wait
-                c = conns[k]
-                if c is not None and c.connected:
-                    return c
-                if c is not None:
-                    await c.aclose()
-                    run.extras["reconnects"] = run.extras.get("reconnects", 0) + 1
-                try:
-                    conns[k] = await conn_target[k].client(connect_timeout_s=settings.connect_timeout_s).connect()
-                except ConnError:
-                    conns[k] = None
-                    raise
-                return conns[k]
+    async def drive(self) -> None:
+        """The sessions: all of --sessions at once, or as many as the shape's level at each moment."""
+        ramp = self.s.ramp()
+        if ramp is not None:
+            await follow_level(ramp, self.t0, self.worker, stop=self.full)
+        else:
+            async with asyncio.TaskGroup() as tg:
+                for k in range(self.s.sessions):
+                    tg.create_task(self.session(k))
 
-        t0 = time.monotonic()
-        warm_until = t0 + settings.warmup_s if settings.warmup_s else None
-        run.extras["load_t0_rel"] = round(t0 - run.t0, 4)
+    async def close(self) -> None:
+        """Each kernel's memory after the last turn, then every connection closed."""
+        if self.many:
+            for i, k in enumerate(self.per_kernel):
+                k["memory"]["rss_after_mb"] = _tree_rss(self.targets[i].target_pid)
+        else:
+            self.run.extras["memory"]["rss_after_mb"] = _tree_rss(self.targets[0].target_pid)
+        for c in self.conns:
+            if c is not None:
+                await c.aclose()
 
-        async def session(k: int, keep_going: Callable[[], bool] | None = None) -> None:
-            part = f"{k:04d}"
-            sid = f"s{part}"  # the session field; the nonce spells it _s<part>_t<turn>
-            rng = random.Random(settings.seed * 100_003 + k)
-            # a timed run starts sessions past --sessions: they follow the same kernel pattern, cycled
-            n = len(session_kernel)
-            ki = session_kernel[k % n]
-            local = (k // n) * session_kernel.count(ki) + session_kernel[: k % n].count(ki)
-            target = targets[ki]  # the session's kernel, and (local) its index among that kernel's
-            for t in range(1, settings.turns + 1):
-                if keep_going is not None and not keep_going():
-                    return  # the time ended: a session cut short, not failed
-                run.check_alive()
-                marker = rng.choices(markers, weights)[0]
-                marker = "" if marker == "text" else marker
-                ci = base[ki] + (local + (t - 1 if settings.reconnect else 0)) % kernel_conns[ki]
-                labels: dict[str, Any] = dict(kind="session", session=sid, turn=t, conn=ci)
-                if warm_until is not None and time.monotonic() < warm_until:
-                    labels["warmup"] = True
-                try:
-                    client = await connection(ci)
-                except ConnError as exc:
-                    await run.record_failure(marker, exc, target, **labels)
-                    return
-                assert client is not None
-                turn = await client.turn(marker, settings.timeout_s, nonce=session_nonce(run_tag, part, t), session=sid)
-                v = await run.record(turn, target, **labels)
-                if not v.passed:
-                    return  # the kernel keeps no failed turn: every later one would fail for it too
+    async def connection(self, k: int) -> KernelClient | None:
+        async with self.locks[k]:  # sessions share it: one connects, the others wait
+            c = self.conns[k]
+            if c is not None and c.connected:
+                return c
+            if c is not None:
+                await c.aclose()
+                self.run.extras["reconnects"] = self.run.extras.get("reconnects", 0) + 1
+            try:
+                self.conns[k] = await self.conn_target[k].client(connect_timeout_s=self.s.connect_timeout_s).connect()
+            except ConnError:
+                self.conns[k] = None
+                raise
+            return self.conns[k]
 
-        next_id = 0
-        max_sessions = MAX_TURNS // settings.turns  # every load loop is bounded
-        full = asyncio.Event()
+    def kernel_of(self, k: int) -> tuple[int, int]:
+        """Session k's kernel, and its index among that kernel's sessions."""
+        # a timed run starts sessions past --sessions: they follow the same kernel pattern, cycled
+        n = len(self.session_kernel)
+        ki = self.session_kernel[k % n]
+        local = (k // n) * self.session_kernel.count(ki) + self.session_kernel[: k % n].count(ki)
+        return ki, local
 
-        async def worker(_wid: int, keep_going: Callable[[], bool]) -> None:
-            """A slot of the shape: one session after another while it lasts."""
-            nonlocal next_id
-            while keep_going():
-                if next_id >= max_sessions:
-                    full.set()
-                    return
-                k, next_id = next_id, next_id + 1
-                await session(k, keep_going)
+    async def session(self, k: int, keep_going: Callable[[], bool] | None = None) -> None:
+        s, run = self.s, self.run
+        part = f"{k:04d}"
+        sid = f"s{part}"  # the session field; the nonce spells it _s<part>_t<turn>
+        rng = random.Random(s.seed * 100_003 + k)
+        ki, local = self.kernel_of(k)
+        target = self.targets[ki]
+        for t in range(1, s.turns + 1):
+            if keep_going is not None and not keep_going():
+                return  # the time ended: a session cut short, not failed
+            run.check_alive()
+            marker = rng.choices(self.markers, self.weights)[0]
+            marker = "" if marker == "text" else marker
+            ci = self.base[ki] + (local + (t - 1 if s.reconnect else 0)) % self.kernel_conns[ki]
+            labels: dict[str, Any] = dict(kind="session", session=sid, turn=t, conn=ci)
+            if self.warm_until is not None and time.monotonic() < self.warm_until:
+                labels["warmup"] = True
+            try:
+                client = await self.connection(ci)
+            except ConnError as exc:
+                await run.record_failure(marker, exc, target, **labels)
+                return
+            assert client is not None
+            turn = await client.turn(marker, s.timeout_s, nonce=session_nonce(self.run_tag, part, t), session=sid)
+            v = await run.record(turn, target, **labels)
+            if not v.passed:
+                return  # the kernel keeps no failed turn: every later one would fail for it too
 
-        try:
-            ramp = settings.ramp()
-            if ramp is not None:
-                await follow_level(ramp, t0, worker, stop=full)
-            else:
-                async with asyncio.TaskGroup() as tg:
-                    for k in range(settings.sessions):
-                        tg.create_task(session(k))
-        finally:
-            if many:
-                for i, k in enumerate(per_kernel):
-                    k["memory"]["rss_after_mb"] = _tree_rss(targets[i].target_pid)
-            else:
-                run.extras["memory"]["rss_after_mb"] = _tree_rss(target.target_pid)
-            for c in conns:
-                if c is not None:
-                    await c.aclose()
-
-    return await run_scenario(SCENARIO, settings, targets, body, total=None if settings.timed else settings.sessions * settings.turns)
+    async def worker(self, _wid: int, keep_going: Callable[[], bool]) -> None:
+        """A slot of the shape: one session after another while it lasts."""
+        while keep_going():
+            if self.next_id >= self.max_sessions:
+                self.full.set()
+                return
+            k, self.next_id = self.next_id, self.next_id + 1
+            await self.session(k, keep_going)
 
 
 def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
