@@ -342,104 +342,86 @@ class Renderer:
         return events
 
     def _quirk(self, events: list[bytes], calls: Sequence[Call], quirk: str) -> tuple[str | None, bool]:
-        add = events.append
-        frag = lambda f: add(self.chunk({"tool_calls": [f]}))  # noqa: E731
-        if quirk == "noindex":
-            for f in fragments(calls):
-                f.pop("index")
-                frag(f)
-        elif quirk == "noindex_whole":
-            for c in calls:
-                frag({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
-        elif quirk == "index1_first":
-            for f in fragments(calls):
-                f["index"] += 1
-                frag(f)
-        elif quirk == "index0_all":
-            for f in fragments(calls):
-                f["index"] = 0
-                frag(f)
-        elif quirk == "onechunk":
-            add(self.chunk({"tool_calls": [_whole(c) for c in calls]}))
-        elif quirk == "cont_first":
-            for c in calls:
-                pieces = split_arguments(c.arguments)
-                frag({"index": c.index, "function": {"arguments": pieces[0]}})
-                frag(_header(c))
-                for p in pieces[1:]:
-                    frag({"index": c.index, "function": {"arguments": p}})
-        elif quirk == "repeat_name":
-            for f in fragments(calls):
-                f["function"]["name"] = calls[f["index"]].name
-                frag(f)
-        elif quirk == "empty_id_name":
-            for f in fragments(calls):
-                if "id" not in f:
-                    f["id"] = ""
-                    f["function"]["name"] = ""
-                frag(f)
-        elif quirk == "nullargs":
-            for f in fragments(calls):
-                if "id" in f:
-                    f["function"]["arguments"] = None
-                frag(f)
-        elif quirk == "placeholder_args":
-            for f in fragments(calls):
-                if "id" in f:
-                    f["function"]["arguments"] = "{}"
-                frag(f)
-        elif quirk == "args_object":
-            for c in calls:
-                whole = _whole(c)
-                whole["function"]["arguments"] = json.loads(c.arguments)
-                frag(whole)
-        elif quirk == "finish_stop":
-            for f in fragments(calls):
-                frag(f)
-            return "stop", True
-        elif quirk in ("midstream_error",):
-            for f in fragments(calls):
-                frag(f)
-            add(
-                self.chunk(
-                    {},
-                    "error",
-                    extra=',"error":{"message":"upstream provider error (kstress quirk midstream_error)","code":502}',
-                )
-            )
+        """Add a quirky stream's tool-call chunks to ``events`` (its role chunk
+        so far); the finish reason and whether [DONE] follows, or finish None
+        when the quirk ended the stream itself. per_chunk_id and event_line
+        are the Renderer's own settings: their chunks are the correct ones."""
+        if quirk == "azure_prefilter":
+            events.insert(0, self.raw(_AZURE_PREFILTER))
+        events.extend(self.chunk({"tool_calls": tool_calls}) for tool_calls in _quirk_tool_calls(calls, quirk))
+        if quirk == "midstream_error":
+            events.append(self.chunk({}, "error", extra=_MIDSTREAM_ERROR))
             return None, False
-        elif quirk == "azure_prefilter":
-            events.insert(
-                0,
-                self.raw(
-                    {
-                        "choices": [],
-                        "created": 0,
-                        "id": "",
-                        "model": "",
-                        "object": "",
-                        "prompt_filter_results": [
-                            {
-                                "prompt_index": 0,
-                                "content_filter_results": {
-                                    k: {"filtered": False, "severity": "safe"}
-                                    for k in ("hate", "self_harm", "sexual", "violence")
-                                },
-                            }
-                        ],
-                    }
-                ),
-            )
-            for f in fragments(calls):
-                frag(f)
-        elif quirk in ("per_chunk_id", "event_line", "nodone"):
-            # per_chunk_id / event_line are properties of the Renderer itself
-            for f in fragments(calls):
-                frag(f)
-            return "tool_calls", quirk != "nodone"
-        else:  # pragma: no cover - markers.QUIRKS and this list are kept in step by a test
-            raise ValueError(f"quirk {quirk!r} has no renderer")
-        return "tool_calls", True
+        if quirk == "finish_stop":
+            return "stop", True
+        return "tool_calls", quirk != "nodone"
+
+
+# the event an Azure OpenAI deployment sends before the first chunk
+_AZURE_PREFILTER = {
+    "choices": [],
+    "created": 0,
+    "id": "",
+    "model": "",
+    "object": "",
+    "prompt_filter_results": [
+        {
+            "prompt_index": 0,
+            "content_filter_results": {k: {"filtered": False, "severity": "safe"} for k in ("hate", "self_harm", "sexual", "violence")},
+        }
+    ],
+}
+_MIDSTREAM_ERROR = ',"error":{"message":"upstream provider error (kstress quirk midstream_error)","code":502}'
+# the quirks whose tool calls are the correct fragments; what sets them apart is around them
+_CORRECT_FRAGMENTS = frozenset({"finish_stop", "midstream_error", "azure_prefilter", "per_chunk_id", "event_line", "nodone"})
+
+
+def _quirk_tool_calls(calls: Sequence[Call], quirk: str) -> list[list[dict[str, Any]]]:
+    """The ``tool_calls`` of each chunk of a quirky stream (docs/wire.md)."""
+    if quirk == "onechunk":
+        return [[_whole(c) for c in calls]]
+    if quirk == "noindex_whole":
+        return [[{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}] for c in calls]
+    if quirk == "args_object":
+        out = []
+        for c in calls:
+            whole = _whole(c)
+            whole["function"]["arguments"] = json.loads(c.arguments)
+            out.append([whole])
+        return out
+    if quirk == "cont_first":
+        out = []
+        for c in calls:
+            pieces = split_arguments(c.arguments)
+            out.append([{"index": c.index, "function": {"arguments": pieces[0]}}])
+            out.append([_header(c)])
+            out += [[{"index": c.index, "function": {"arguments": p}}] for p in pieces[1:]]
+        return out
+    frags = fragments(calls)
+    if quirk == "noindex":
+        for f in frags:
+            f.pop("index")
+    elif quirk == "index1_first":
+        for f in frags:
+            f["index"] += 1
+    elif quirk == "index0_all":
+        for f in frags:
+            f["index"] = 0
+    elif quirk == "repeat_name":
+        for f in frags:
+            f["function"]["name"] = calls[f["index"]].name
+    elif quirk == "empty_id_name":
+        for f in frags:
+            if "id" not in f:
+                f["id"] = ""
+                f["function"]["name"] = ""
+    elif quirk in ("nullargs", "placeholder_args"):
+        for f in frags:
+            if "id" in f:
+                f["function"]["arguments"] = None if quirk == "nullargs" else "{}"
+    elif quirk not in _CORRECT_FRAGMENTS:  # pragma: no cover - markers.QUIRKS and this list are kept in step by a test
+        raise ValueError(f"quirk {quirk!r} has no renderer")
+    return [[f] for f in frags]
 
 
 def _header(c: Call) -> dict[str, Any]:
