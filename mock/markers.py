@@ -18,7 +18,7 @@ import functools
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .catalog import DEFAULT_CATALOG, Catalog
 from .errors import MarkerError
@@ -401,7 +401,35 @@ def build_plan(
     if marker is None:
         return Plan(kind="text", nonce=nonce)
     name = marker.name
+    call = _call_maker(catalog, nonce)
+    calls: list[Call] = []
+    plan_kw: dict = {}
+    if name == "batch":
+        calls = [call(i, "fast") for i in range(marker.count or 0)]
+    elif name == "mixed":
+        calls = _mixed_calls(marker, call, mixed_ms)
+    elif name in ("slowbatch", "serialbatch"):
+        calls = _slow_calls(marker, call, tool_ms)
+    elif name in ("img", "ocr", "resident", "notify"):
+        calls = [call(0, name)]
+    elif name == "err":
+        kind = plan_kw["err"] = _err_kind(marker)
+        if kind in ("midstream", "disconnect"):
+            # the partial tool call they cut off mid-arguments
+            calls = [call(0, "fast")]
+    elif name == "hang":
+        plan_kw["hang_ms"] = _ms_arg(marker, 0) if marker.args else None
+    elif name == "quirk":
+        quirk, n = _quirk_args(marker)
+        plan_kw["quirk"] = quirk
+        calls = [call(i, "fast") for i in range(n)]
+    elif name == "loop":
+        calls = _loop_calls(marker, nonce, catalog.roles["slow"])
+    return Plan(kind=name, nonce=nonce, calls=tuple(calls), marker=marker.token, **plan_kw)
 
+
+def _call_maker(catalog: Catalog, nonce: str) -> Callable[..., Call]:
+    """``call(i, role, sleep_ms=None)``: call ``i`` of a message with this nonce, made by the catalog's tool for ``role``."""
     roles = catalog.roles
 
     def call(i: int, role: str, sleep_ms: int | None = None) -> Call:
@@ -419,58 +447,57 @@ def build_plan(
             r.expect_error,
         )
 
-    calls: list[Call] = []
-    plan_kw: dict = {}
-    if name == "batch":
-        calls = [call(i, "fast") for i in range(marker.count or 0)]
-    elif name == "mixed":
-        n = marker.count or 0
-        if n < 2:
-            raise MarkerError(f"marker {marker.token!r}: a mixed batch needs N >= 2 (N-1 sleeps and one write)")
-        ms = _ms_arg(marker, mixed_ms)
-        writer_at = n // 2
-        calls = [call(i, "writer") if i == writer_at else call(i, "slow", ms) for i in range(n)]
-    elif name in ("slowbatch", "serialbatch"):
-        n = marker.count or 0
-        ms = _ms_arg(marker, tool_ms)
-        step = None
-        if len(marker.args) > 1:
-            raw = marker.args[1]
-            if not raw.isdigit() or int(raw) > ms:
-                raise MarkerError(f"marker {marker.token!r}: step {raw!r} must be whole milliseconds from 0 to MS ({ms})")
-            step = int(raw)
-        calls = [call(i, "slow", d) for i, d in enumerate(slow_durations(n, ms, step))]
-        if name == "serialbatch":
-            calls.append(call(n, "writer"))
-    elif name in ("img", "ocr", "resident", "notify"):
-        calls = [call(0, name)]
-    elif name == "err":
-        kind = marker.args[0] if marker.args else "500"
-        if kind not in ERR_KINDS:
-            raise MarkerError(f"marker {marker.token!r}: unknown fault {kind!r}; kinds: {', '.join(ERR_KINDS)}")
-        plan_kw["err"] = kind
-        if kind in ("midstream", "disconnect"):
-            # the partial tool call they cut off mid-arguments
-            calls = [call(0, "fast")]
-    elif name == "hang":
-        plan_kw["hang_ms"] = _ms_arg(marker, 0) if marker.args else None
-    elif name == "quirk":
-        if not marker.args:
-            raise MarkerError(f"marker {marker.token!r} needs a quirk name: !quirk:NAME[:N]; quirks: {', '.join(QUIRKS)}")
-        quirk = marker.args[0]
-        if quirk not in QUIRKS:
-            raise MarkerError(f"marker {marker.token!r}: unknown quirk {quirk!r}; quirks: {', '.join(QUIRKS)}")
-        n = DEFAULT_QUIRK_N
-        if len(marker.args) > 1:
-            raw = marker.args[1]
-            if not raw.isdigit() or not N_MIN <= int(raw) <= N_MAX:
-                raise MarkerError(f"marker {marker.token!r}: count {raw!r} must be from {N_MIN} to {N_MAX}")
-            n = int(raw)
-        plan_kw["quirk"] = quirk
-        calls = [call(i, "fast") for i in range(n)]
-    elif name == "loop":
-        calls = _loop_calls(marker, nonce, roles["slow"])
-    return Plan(kind=name, nonce=nonce, calls=tuple(calls), marker=marker.token, **plan_kw)
+    return call
+
+
+def _mixed_calls(marker: Marker, call: Callable[..., Call], mixed_ms: int) -> list[Call]:
+    """!mixedN[:MS]: N-1 slow calls sleeping MS and one write in the middle."""
+    n = marker.count or 0
+    if n < 2:
+        raise MarkerError(f"marker {marker.token!r}: a mixed batch needs N >= 2 (N-1 sleeps and one write)")
+    ms = _ms_arg(marker, mixed_ms)
+    writer_at = n // 2
+    return [call(i, "writer") if i == writer_at else call(i, "slow", ms) for i in range(n)]
+
+
+def _slow_calls(marker: Marker, call: Callable[..., Call], tool_ms: int) -> list[Call]:
+    """!slowbatchN[:MS[:STEP]], and !serialbatch the same with a write at the end."""
+    n = marker.count or 0
+    ms = _ms_arg(marker, tool_ms)
+    step = None
+    if len(marker.args) > 1:
+        raw = marker.args[1]
+        if not raw.isdigit() or int(raw) > ms:
+            raise MarkerError(f"marker {marker.token!r}: step {raw!r} must be whole milliseconds from 0 to MS ({ms})")
+        step = int(raw)
+    calls = [call(i, "slow", d) for i, d in enumerate(slow_durations(n, ms, step))]
+    if marker.name == "serialbatch":
+        calls.append(call(n, "writer"))
+    return calls
+
+
+def _err_kind(marker: Marker) -> str:
+    """!err[:KIND], 500 when not named."""
+    kind = marker.args[0] if marker.args else "500"
+    if kind not in ERR_KINDS:
+        raise MarkerError(f"marker {marker.token!r}: unknown fault {kind!r}; kinds: {', '.join(ERR_KINDS)}")
+    return kind
+
+
+def _quirk_args(marker: Marker) -> tuple[str, int]:
+    """!quirk:NAME[:N]: the quirk and the size of its batch."""
+    if not marker.args:
+        raise MarkerError(f"marker {marker.token!r} needs a quirk name: !quirk:NAME[:N]; quirks: {', '.join(QUIRKS)}")
+    quirk = marker.args[0]
+    if quirk not in QUIRKS:
+        raise MarkerError(f"marker {marker.token!r}: unknown quirk {quirk!r}; quirks: {', '.join(QUIRKS)}")
+    n = DEFAULT_QUIRK_N
+    if len(marker.args) > 1:
+        raw = marker.args[1]
+        if not raw.isdigit() or not N_MIN <= int(raw) <= N_MAX:
+            raise MarkerError(f"marker {marker.token!r}: count {raw!r} must be from {N_MIN} to {N_MAX}")
+        n = int(raw)
+    return quirk, n
 
 
 def _loop_calls(marker: Marker, nonce: str, role) -> list[Call]:
