@@ -174,6 +174,16 @@ class KernelSettings:
     stream: bool = True
 
     def __post_init__(self) -> None:
+        self._settle_listen()
+        _rule(self.data_dir is not None and str(self.data_dir) != "", "data_dir", self.data_dir, "give the data directory (--data-dir)")
+        object.__setattr__(self, "data_dir", Path(self.data_dir))  # type: ignore[arg-type]
+        object.__setattr__(self, "faults", frozenset(self.faults))
+        self._check_llm()
+        self._check_kernel()
+
+    def _settle_listen(self) -> None:
+        """Exactly one of socket= and listen=; afterwards ``listen`` is a
+        Listen and ``socket`` its unix path (None for tcp and ws)."""
         _rule(
             (self.socket is None) != (self.listen is None),
             "listen",
@@ -191,9 +201,9 @@ class KernelSettings:
             listen = Listen.parse(self.listen)  # type: ignore[arg-type]
         object.__setattr__(self, "listen", listen)
         object.__setattr__(self, "socket", listen.path)
-        _rule(self.data_dir is not None and str(self.data_dir) != "", "data_dir", self.data_dir, "give the data directory (--data-dir)")
-        object.__setattr__(self, "data_dir", Path(self.data_dir))  # type: ignore[arg-type]
-        object.__setattr__(self, "faults", frozenset(self.faults))
+
+    def _check_llm(self) -> None:
+        """How the kernel reaches the LLM: the URL, the API, its key, streaming."""
         url = urlsplit(self.llm_url)
         _rule(
             url.scheme in ("http", "https") and bool(url.netloc),
@@ -210,6 +220,10 @@ class KernelSettings:
             "use a non-empty printable string of at most 4096 characters, or leave it out",
         )
         _rule(isinstance(self.stream, bool), "stream", self.stream, "use True or False")
+
+    def _check_kernel(self) -> None:
+        """The kernel's own settings: its clients' token, its limits and
+        timeouts, its faults and modes."""
         _rule(
             self.token is None or (isinstance(self.token, str) and 0 < len(self.token) <= 4096),
             "token",
