@@ -275,8 +275,41 @@ async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
 
 
 async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings, state: MockState, ex: _Exchange) -> web.StreamResponse:
-    rec = ex.rec
-    raw = await request.read()
+    turn = _read_turn(await request.read(), dialect, state, ex)
+    if not isinstance(turn, Turn):
+        return turn  # malformed: answered 400
+    model = turn.model or settings.model
+
+    if turn.stream and not turn.followup and settings.script is None and not settings.chunk_delay_ms:
+        found = _shape_for(dialect, turn.user_text, settings, state)
+        if found is not None:
+            events = _shape_reply(dialect, turn, found, model, state, ex)
+            return await _send(request, events, settings, state, ex, dialect)
+
+    if settings.script is not None:
+        return await _scripted(request, dialect, settings, state, ex, turn, model)
+
+    planned = _plan_turn(dialect, turn, settings, state, ex)
+    if not isinstance(planned, tuple):
+        return planned  # a bad marker: answered 400
+    plan, entry, history = planned
+    if plan.kind == "loop":
+        return await _loop(request, dialect, settings, state, ex, turn, model, plan, entry, history)
+    if turn.followup:
+        return await _judge_followup(request, dialect, settings, state, ex, turn, model, plan, entry, history)
+
+    state.plans[plan.kind] += 1
+    if plan.kind == "err":
+        return await _inject(request, dialect, settings, state, ex, turn, model, plan, entry)
+    if plan.kind == "hang":
+        await _hang(state, ex, plan, entry)
+    reply, headers = _first_reply(dialect, settings, ex, plan, entry, history)
+    return await _reply(request, dialect, settings, state, ex, turn, model, reply, headers)
+
+
+def _read_turn(raw: bytes, dialect: Dialect, state: MockState, ex: _Exchange) -> Turn | web.Response:
+    """The request's turn (its outline goes into the log line), or the 400
+    that says why there is none."""
     try:
         try:
             # UTF-8 straight to the decoder: json.loads(bytes) first sniffs
@@ -294,20 +327,19 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         turn = dialect.read(body)
     except BadRequest as exc:
         return _bad_request(state, ex, dialect, exc.message, exc.param)
-    model = turn.model or settings.model
+    rec = ex.rec
     rec["stream"] = turn.stream
     rec["n_messages"] = turn.n_messages
     rec["followup"] = turn.followup
+    return turn
 
-    if turn.stream and not turn.followup and settings.script is None and not settings.chunk_delay_ms:
-        found = _shape_for(dialect, turn.user_text, settings, state)
-        if found is not None:
-            events = _shape_reply(dialect, turn, found, model, state, ex)
-            return await _send(request, events, settings, state, ex, dialect)
 
-    if settings.script is not None:
-        return await _scripted(request, dialect, settings, state, ex, turn, model)
-
+def _plan_turn(
+    dialect: Dialect, turn: Turn, settings: MockSettings, state: MockState, ex: _Exchange
+) -> tuple[Plan, Entry, str | None] | web.Response:
+    """The turn's plan, its store entry and its session history token, all
+    entered in the log line and the entry; or the 400 for a bad marker."""
+    rec = ex.rec
     try:
         plan = _plan(turn.user_text, settings, state)
     except MarkerError as exc:
@@ -326,57 +358,69 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
     history = _session_history(dialect, turn, plan.nonce, state, entry)
     if history is not None:
         rec["history"] = history
+    return plan, entry, history
 
-    if plan.kind == "loop":
-        return await _loop(request, dialect, settings, state, ex, turn, model, plan, entry, history)
 
-    if turn.followup:
-        end = entry.get("tool_stream_end")
-        tool_ms = None if end is None else int((ex.arrival - end) * 1000)
-        sent, results = dialect.history(turn)
-        _log_history(rec, turn, sent, results)
-        line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan), history)
-        _record_verdict(state, entry, rec, line, echoes)
-        state.plans[f"{plan.kind}:verdict"] += 1
-        return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks, nonce=plan.nonce))
+async def _judge_followup(
+    request: web.Request,
+    dialect: Dialect,
+    settings: MockSettings,
+    state: MockState,
+    ex: _Exchange,
+    turn: Turn,
+    model: str,
+    plan: Plan,
+    entry: Entry,
+    history: str | None,
+) -> web.StreamResponse:
+    """A follow-up: judge what the kernel did with the calls (the history it
+    sends back) and answer with the verdict line."""
+    rec = ex.rec
+    end = entry.get("tool_stream_end")
+    tool_ms = None if end is None else int((ex.arrival - end) * 1000)
+    sent, results = dialect.history(turn)
+    _log_history(rec, turn, sent, results)
+    line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan), history)
+    _record_verdict(state, entry, rec, line, echoes)
+    state.plans[f"{plan.kind}:verdict"] += 1
+    return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks, nonce=plan.nonce))
 
-    state.plans[plan.kind] += 1
-    if plan.kind == "err":
-        entry.fault = rec["fault"] = plan.err
-        state.counters["errors_injected"] += 1
-        if plan.err in ("500", "429", "503"):
-            status, err_body, headers = dialect.http_fault(plan)
-            return _respond(state, ex, status, err_body, headers)
-        return await _inject(request, dialect, settings, state, ex, turn, model, plan)
 
-    if plan.kind == "hang":
-        entry.hung = rec["hung"] = True
-        state.hanging += 1
-        try:
-            await asyncio.sleep(HANG_LIMIT_S if plan.hang_ms is None else plan.hang_ms / 1000)
-        finally:
-            state.hanging -= 1
+async def _hang(state: MockState, ex: _Exchange, plan: Plan, entry: Entry) -> None:
+    """!hang[:MS]: hold the request MS, or until its client goes away."""
+    entry.hung = ex.rec["hung"] = True
+    state.hanging += 1
+    try:
+        await asyncio.sleep(HANG_LIMIT_S if plan.hang_ms is None else plan.hang_ms / 1000)
+    finally:
+        state.hanging -= 1
 
-    headers = None
-    if plan.has_tools:
-        reply = Reply(calls=plan.calls, finish="tool_calls", nonce=plan.nonce)
-        if plan.quirk is not None:
-            applies = dialect.name in QUIRK_DIALECTS[plan.quirk]
-            entry.quirk, entry.quirk_applied = plan.quirk, applies
-            rec["quirk_applied"] = applies
-            if applies:
-                reply.quirk = plan.quirk
-                if plan.quirk == "finish_stop":
-                    reply.finish = "stop"
-            else:
-                # the batch goes out without deviation, and says so
-                headers = {"X-Kstress-Quirk-Skipped": f"{plan.quirk} applies to {', '.join(sorted(QUIRK_DIALECTS[plan.quirk]))}"}
-        ex.tool_stream = True
-    else:
-        reply = Reply(text=text_reply(plan.nonce, history), pieces=settings.text_chunks, nonce=plan.nonce)
+
+def _first_reply(
+    dialect: Dialect, settings: MockSettings, ex: _Exchange, plan: Plan, entry: Entry, history: str | None
+) -> tuple[Reply, dict[str, str] | None]:
+    """The reply to a turn's first request and its extra headers: the plan's
+    tool calls (with its quirk, where this dialect has it), or its text."""
+    rec = ex.rec
+    if not plan.has_tools:
         entry.text_verdict = True
         rec["text_verdict"] = text_verdict(plan.nonce, history)
-    return await _reply(request, dialect, settings, state, ex, turn, model, reply, headers)
+        return Reply(text=text_reply(plan.nonce, history), pieces=settings.text_chunks, nonce=plan.nonce), None
+    headers = None
+    reply = Reply(calls=plan.calls, finish="tool_calls", nonce=plan.nonce)
+    if plan.quirk is not None:
+        applies = dialect.name in QUIRK_DIALECTS[plan.quirk]
+        entry.quirk, entry.quirk_applied = plan.quirk, applies
+        rec["quirk_applied"] = applies
+        if applies:
+            reply.quirk = plan.quirk
+            if plan.quirk == "finish_stop":
+                reply.finish = "stop"
+        else:
+            # the batch goes out without deviation, and says so
+            headers = {"X-Kstress-Quirk-Skipped": f"{plan.quirk} applies to {', '.join(sorted(QUIRK_DIALECTS[plan.quirk]))}"}
+    ex.tool_stream = True
+    return reply, headers
 
 
 LOOP_PLAN_CALLS = 65_536
@@ -543,9 +587,23 @@ async def _reply(
 
 
 async def _inject(
-    request: web.Request, dialect: Dialect, settings: MockSettings, state: MockState, ex: _Exchange, turn: Turn, model: str, plan: Plan
+    request: web.Request,
+    dialect: Dialect,
+    settings: MockSettings,
+    state: MockState,
+    ex: _Exchange,
+    turn: Turn,
+    model: str,
+    plan: Plan,
+    entry: Entry,
 ) -> web.StreamResponse:
-    """!err:midstream|disconnect|malformed"""
+    """!err:KIND: an HTTP error (500, 429, 503), or a reply broken midstream,
+    cut off (disconnect) or not JSON (malformed)."""
+    entry.fault = ex.rec["fault"] = plan.err
+    state.counters["errors_injected"] += 1
+    if plan.err in ("500", "429", "503"):
+        status, err_body, headers = dialect.http_fault(plan)
+        return _respond(state, ex, status, err_body, headers)
     if turn.stream:
         events = dialect.fault_events(plan, turn, model)
         return await _send(request, events, settings, state, ex, dialect, fault=True)
