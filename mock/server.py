@@ -8,24 +8,32 @@ the verdict store (``mock/store.py``), then let the dialect encode the reply.
 is the lifecycle (an async context manager that binds, reports its URL and
 closes idempotently). No signal handlers are installed here: that is the CLI's
 business.
+
+Where the rest of a request's way is:
+
+    exchange.py   its bookkeeping (log line, store record, byte times) and the app's MockState
+    shapes.py     first streamed replies, templated per marker and nonce length and cached
+    fastpath.py   those replies answered from the connection, below aiohttp's request cycle
+    dialects/     each API's requests and replies; wire.py, chat's SSE chunks
+    markers.py, verdict.py, store.py   the grammar, the checks of a follow-up, the verdict store
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import Any, Sequence
 
 from aiohttp import web
 
-from . import wire
+from . import fastpath, wire
 from .catalog import DEFAULT_CATALOG, Catalog
 from .dialects import BY_NAME, CHAT, BadRequest, Dialect, Reply, Turn, text_reply
 from .errors import ConfigError, MarkerError
+from .exchange import RECENT_CAPACITY, Exchange, MockState, begin, end
 from .markers import (
     DEFAULT_MIXED_MS,
     DEFAULT_TOOL_MS,
@@ -36,17 +44,16 @@ from .markers import (
     VerdictLine,
     build_plan,
     find_nonce,
-    parse_marker,
     parse_session_nonce,
     parse_timestamps,
     text_verdict,
 )
 from .script import Script
+from .shapes import shape_for, shape_reply
 from .store import CAPACITY as STORE_CAPACITY
-from .store import FIRST_BYTE, LAST_BYTE, QUERY_LIMIT, STATUS, Entry, VerdictStore
+from .store import QUERY_LIMIT, STATUS, Entry, VerdictStore
 from .verdict import check_history, check_loop, check_session, verdict_text
 
-RECENT_CAPACITY = 1000
 HANG_LIMIT_S = MS_MAX / 1000
 # Client went away: aiohttp raises these (ClientConnectionResetError subclasses
 # ConnectionResetError) when writing to a closed transport.
@@ -91,96 +98,11 @@ class MockSettings:
         return self.ttft_ms > 0 or self.chunk_delay_ms > 0
 
 
-@dataclass
-class MockState:
-    """Counters, the recent-request ring, the verdict store and the request log of one app."""
-
-    counters: collections.Counter = field(default_factory=collections.Counter)
-    plans: collections.Counter = field(default_factory=collections.Counter)
-    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RECENT_CAPACITY))
-    store: VerdictStore = field(default_factory=VerdictStore)
-    inflight: int = 0
-    hanging: int = 0
-    started: float = field(default_factory=time.time)
-    log: IO[str] | None = None
-    # (dialect, marker token, nonce length) -> _Shape, or None when it cannot be
-    # templated; a pure function of the settings, so reset() keeps it
-    shapes: dict[tuple[str, str | None, int], "_Shape | None"] = field(default_factory=dict)
-    # a tool loop's plan by its input's text: its K+1 requests plan once (a
-    # !loop64:64 plan is 4,096 calls); bounded by the calls held, oldest dropped
-    loop_plans: collections.OrderedDict[str, Plan] = field(default_factory=collections.OrderedDict)
-    loop_plan_calls: int = 0
-
-    def reset(self) -> None:
-        self.counters.clear()
-        self.plans.clear()
-        self.recent.clear()
-        self.store.clear()
-
-    def commit(self, ex: "_Exchange", status: int) -> None:
-        """Record a request for good: its status and byte times in the store,
-        its line in the ring and the log. Called right before the last byte of
-        its response is written (or when it ends without one), never after:
-        whoever got the response can query the mock about it at once."""
-        ex.committed = True
-        rec = ex.rec
-        rec["status"] = status
-        rec["t_arrival"] = ex.arrival
-        rec["t_first_byte"] = ex.first_byte
-        rec["t_last_byte"] = ex.last_byte
-        rec["ms"] = int((time.monotonic() - ex.arrival) * 1e6) / 1e3
-        r = ex.record
-        if r is not None:
-            r[STATUS], r[FIRST_BYTE], r[LAST_BYTE] = status, ex.first_byte, ex.last_byte
-        self.recent.append(rec)
-        if self.log is not None:
-            self.log.write(json.dumps(rec, separators=(",", ":")) + "\n")
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "uptime_s": round(time.time() - self.started, 3),
-            "inflight": self.inflight,
-            "hanging": self.hanging,
-            "nonces_tracked": len(self.store),
-            "nonces_evicted": self.store.evicted,
-            "shapes_cached": sum(1 for v in self.shapes.values() if v is not None),
-            **dict(self.counters),
-            "plans": dict(self.plans),
-        }
-
-
 SETTINGS_KEY = web.AppKey("settings", MockSettings)
 STATE_KEY = web.AppKey("state", MockState)
 
 
-class _Exchange:
-    """One request on its way: its log line, its store entry and record, and
-    when its bytes went out."""
-
-    __slots__ = ("rec", "arrival", "entry", "record", "first_byte", "last_byte", "committed", "tool_stream")
-
-    def __init__(self, rec: dict[str, Any], arrival: float) -> None:
-        self.rec = rec
-        self.arrival = arrival
-        self.entry: Entry | None = None
-        self.record: list[Any] | None = None
-        self.first_byte: float | None = None
-        self.last_byte: float | None = None
-        self.committed = False
-        # this response carries tool calls: its last byte starts the nonce's tool phase
-        self.tool_stream = False
-
-    def attach(self, entry: Entry, turn: Turn, dialect: str) -> Entry:
-        self.entry = entry
-        self.record = entry.add_record(self.arrival, turn.followup, dialect, turn.stream)
-        return entry
-
-    def sent(self, first: float | None, last: float) -> None:
-        """The response's first and last bytes are being handed to the socket now."""
-        self.first_byte = last if first is None else first
-        self.last_byte = last
-        if self.tool_stream and self.entry is not None:
-            self.entry.tool_stream_end = last
+# --- the LLM endpoints: one handler for every dialect (the general path) ------------
 
 
 def _json_error(
@@ -194,7 +116,7 @@ def _json_error(
     return web.json_response(wire.error_body(message, type_, code, param), status=status, headers=headers)
 
 
-def _respond(state: MockState, ex: _Exchange, status: int, body: Any, headers: dict | None = None) -> web.Response:
+def _respond(state: MockState, ex: Exchange, status: int, body: Any, headers: dict | None = None) -> web.Response:
     """A complete JSON response, committed before aiohttp writes it."""
     now = time.monotonic()
     ex.sent(now, now)
@@ -206,7 +128,7 @@ _decode = json.JSONDecoder().decode
 _TOO_DEEP = "the request body nests too deeply for the mock to read (arrays or objects inside each other, hundreds of levels); send a flatter request"
 
 
-def _bad_request(state: MockState, ex: _Exchange, dialect: Dialect, message: str, param: str | None = None) -> web.Response:
+def _bad_request(state: MockState, ex: Exchange, dialect: Dialect, message: str, param: str | None = None) -> web.Response:
     """HTTP 400 in the dialect's error form, naming the problem; the store and the log say why."""
     state.counters["bad_requests"] += 1
     ex.rec["error"] = message
@@ -227,26 +149,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _handle(request, CHAT)
 
 
-def _begin(state: MockState, path: str, dialect: Dialect) -> _Exchange:
-    state.inflight += 1
-    state.counters["requests"] += 1
-    t0 = time.monotonic()
-    # int()/1e6 rather than round(x, 6): the same digits, but round() with
-    # ndigits goes through a decimal conversion that cost 5% of the mock's
-    # requests/s under make bench
-    return _Exchange({"ts": int(time.time() * 1e6) / 1e6, "path": path, "dialect": dialect.name}, t0)
-
-
-def _end(state: MockState, ex: _Exchange, status: int) -> None:
-    state.inflight -= 1
-    if not ex.committed:
-        state.commit(ex, status)
-
-
 async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
     settings = request.app[SETTINGS_KEY]
     state = request.app[STATE_KEY]
-    ex = _begin(state, request.path, dialect)
+    ex = begin(state, request.path, dialect)
     status = 500
     try:
         try:
@@ -266,7 +172,7 @@ async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
         raise
     finally:
         committed = ex.committed
-        _end(state, ex, status)
+        end(state, ex, status)
         if status == 499 and committed:
             # after the commit: the ring and the store say so, the log line stays
             ex.rec["status"] = 499
@@ -274,16 +180,16 @@ async def _handle(request: web.Request, dialect: Dialect) -> web.StreamResponse:
                 ex.record[STATUS] = 499
 
 
-async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings, state: MockState, ex: _Exchange) -> web.StreamResponse:
+async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings, state: MockState, ex: Exchange) -> web.StreamResponse:
     turn = _read_turn(await request.read(), dialect, state, ex)
     if not isinstance(turn, Turn):
         return turn  # malformed: answered 400
     model = turn.model or settings.model
 
     if turn.stream and not turn.followup and settings.script is None and not settings.chunk_delay_ms:
-        found = _shape_for(dialect, turn.user_text, settings, state)
+        found = shape_for(dialect, turn.user_text, settings, state)
         if found is not None:
-            events = _shape_reply(dialect, turn, found, model, state, ex)
+            events = shape_reply(dialect, turn, found, model, state, ex)
             return await _send(request, events, settings, state, ex, dialect)
 
     if settings.script is not None:
@@ -307,7 +213,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
     return await _reply(request, dialect, settings, state, ex, turn, model, reply, headers)
 
 
-def _read_turn(raw: bytes, dialect: Dialect, state: MockState, ex: _Exchange) -> Turn | web.Response:
+def _read_turn(raw: bytes, dialect: Dialect, state: MockState, ex: Exchange) -> Turn | web.Response:
     """The request's turn (its outline goes into the log line), or the 400
     that says why there is none."""
     try:
@@ -335,7 +241,7 @@ def _read_turn(raw: bytes, dialect: Dialect, state: MockState, ex: _Exchange) ->
 
 
 def _plan_turn(
-    dialect: Dialect, turn: Turn, settings: MockSettings, state: MockState, ex: _Exchange
+    dialect: Dialect, turn: Turn, settings: MockSettings, state: MockState, ex: Exchange
 ) -> tuple[Plan, Entry, str | None] | web.Response:
     """The turn's plan, its store entry and its session history token, all
     entered in the log line and the entry; or the 400 for a bad marker."""
@@ -366,7 +272,7 @@ async def _judge_followup(
     dialect: Dialect,
     settings: MockSettings,
     state: MockState,
-    ex: _Exchange,
+    ex: Exchange,
     turn: Turn,
     model: str,
     plan: Plan,
@@ -386,7 +292,7 @@ async def _judge_followup(
     return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks, nonce=plan.nonce))
 
 
-async def _hang(state: MockState, ex: _Exchange, plan: Plan, entry: Entry) -> None:
+async def _hang(state: MockState, ex: Exchange, plan: Plan, entry: Entry) -> None:
     """!hang[:MS]: hold the request MS, or until its client goes away."""
     entry.hung = ex.rec["hung"] = True
     state.hanging += 1
@@ -397,7 +303,7 @@ async def _hang(state: MockState, ex: _Exchange, plan: Plan, entry: Entry) -> No
 
 
 def _first_reply(
-    dialect: Dialect, settings: MockSettings, ex: _Exchange, plan: Plan, entry: Entry, history: str | None
+    dialect: Dialect, settings: MockSettings, ex: Exchange, plan: Plan, entry: Entry, history: str | None
 ) -> tuple[Reply, dict[str, str] | None]:
     """The reply to a turn's first request and its extra headers: the plan's
     tool calls (with its quirk, where this dialect has it), or its text."""
@@ -513,7 +419,7 @@ async def _loop(
     dialect: Dialect,
     settings: MockSettings,
     state: MockState,
-    ex: _Exchange,
+    ex: Exchange,
     turn: Turn,
     model: str,
     plan: Plan,
@@ -555,7 +461,7 @@ async def _loop_step(
     dialect: Dialect,
     settings: MockSettings,
     state: MockState,
-    ex: _Exchange,
+    ex: Exchange,
     turn: Turn,
     model: str,
     plan: Plan,
@@ -574,7 +480,7 @@ async def _reply(
     dialect: Dialect,
     settings: MockSettings,
     state: MockState,
-    ex: _Exchange,
+    ex: Exchange,
     turn: Turn,
     model: str,
     reply: Reply,
@@ -591,7 +497,7 @@ async def _inject(
     dialect: Dialect,
     settings: MockSettings,
     state: MockState,
-    ex: _Exchange,
+    ex: Exchange,
     turn: Turn,
     model: str,
     plan: Plan,
@@ -623,7 +529,7 @@ async def _inject(
 
 
 async def _scripted(
-    request: web.Request, dialect: Dialect, settings: MockSettings, state: MockState, ex: _Exchange, turn: Turn, model: str
+    request: web.Request, dialect: Dialect, settings: MockSettings, state: MockState, ex: Exchange, turn: Turn, model: str
 ) -> web.StreamResponse:
     k, entry = settings.script.next()  # type: ignore[union-attr]
     ex.rec["script_entry"] = k
@@ -646,7 +552,7 @@ async def _send(
     events: list[bytes],
     settings: MockSettings,
     state: MockState,
-    ex: _Exchange,
+    ex: Exchange,
     dialect: Dialect,
     fault: bool = False,
     headers: dict[str, str] | None = None,
@@ -695,103 +601,6 @@ async def _send(
         state.counters["disconnects"] += 1
         ex.rec["client_gone"] = True
     return resp
-
-
-# --- the hot path: replies templated per shape -----------------------------------
-
-SHAPE_KINDS = frozenset({"text", "batch", "mixed", "slowbatch", "serialbatch", "img", "ocr", "resident", "notify"})
-SHAPE_CAPACITY = 1024
-_MISSING = object()
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """Everything a first (non-follow-up) streamed reply to one marker needs,
-    for every nonce of one length on one dialect: the plan's kind, the stream
-    template, and what the dialect said of the shape (numbers that do not
-    depend on the nonce's characters)."""
-
-    kind: str
-    marker: str | None
-    template: wire.StreamTemplate
-    has_tools: bool
-    info: dict[str, Any]
-
-
-def _shape_reply(dialect: Dialect, turn: Turn, found: tuple["_Shape", str], model: str, state: MockState, ex: _Exchange) -> list[bytes]:
-    """A first streamed reply from its cached shape: the exchange's record, the
-    store entry and the events (aiohttp's handler and the fast path alike)."""
-    shape, nonce = found
-    rec = ex.rec
-    rec["stream"] = turn.stream
-    rec["n_messages"] = turn.n_messages
-    rec["followup"] = turn.followup
-    rec["plan"] = shape.kind
-    rec["nonce"] = nonce
-    rec["marker"] = shape.marker
-    state.plans[shape.kind] += 1
-    entry = ex.attach(state.store.entry(nonce), turn, dialect.name)
-    entry.plan, entry.marker = shape.kind, shape.marker
-    if shape.has_tools:
-        ex.tool_stream = True
-    else:
-        entry.text_verdict = True
-        rec["text_verdict"] = text_verdict(nonce)
-    return dialect.template_fill(shape.template, nonce, shape.info, turn, model)
-
-
-def _shape_for(dialect: Dialect, user_text: str, settings: MockSettings, state: MockState) -> tuple[_Shape, str] | None:
-    """The cached shape of this message's reply and its nonce, or None when the
-    reply must be built the general way (no explicit nonce, a bad marker, a
-    fault/hang/quirk marker, a nonce longer than 64)."""
-    nonce = find_nonce(user_text)
-    if nonce is None or ("_t" in nonce and parse_session_nonce(nonce) is not None):
-        return None  # a session turn's replies carry its history token
-    try:
-        marker = parse_marker(user_text)
-    except MarkerError:
-        return None  # the general path answers 400
-    token = marker.token if marker is not None else None
-    key = (dialect.name, token, len(nonce))
-    shape = state.shapes.get(key, _MISSING)
-    if shape is _MISSING:
-        shape = _build_shape(dialect, token, len(nonce), settings)
-        if len(state.shapes) < SHAPE_CAPACITY:
-            state.shapes[key] = shape
-    return None if shape is None else (shape, nonce)  # type: ignore[return-value]
-
-
-def _build_shape(dialect: Dialect, token: str | None, length: int, settings: MockSettings) -> _Shape | None:
-    # build_plan depends on the message only through its marker and its nonce,
-    # so "TOKEN #nonce" stands for every message with that marker
-    def plan_for(nonce: str) -> Plan:
-        return build_plan(f"{token or ''} #{nonce}", settings.catalog, settings.tool_ms, settings.mixed_ms)
-
-    def reply_for(plan: Plan) -> Reply:
-        if plan.calls:
-            return Reply(calls=plan.calls, finish="tool_calls", nonce=plan.nonce)
-        return Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks, nonce=plan.nonce)
-
-    def render(nonce: str) -> list[str]:
-        plan = plan_for(nonce)
-        return dialect.template_render(plan, reply_for(plan))
-
-    try:
-        plan = plan_for(wire.NONCE_ALPHABET[:length])
-    except MarkerError:
-        return None
-    if plan.kind not in SHAPE_KINDS or plan.quirk is not None:
-        return None
-    template = wire.StreamTemplate.build(render, length)
-    if template is None:
-        return None
-    return _Shape(
-        kind=plan.kind,
-        marker=plan.marker,
-        template=template,
-        has_tools=bool(plan.calls),
-        info=dialect.template_info(plan, reply_for(plan)),
-    )
 
 
 # --- small endpoints -----------------------------------------------------------
@@ -883,6 +692,9 @@ async def not_found(request: web.Request) -> web.Response:
     return _json_error(404, f"no route {request.method} {request.path}; the mock serves {served}")
 
 
+# --- the app and its server ------------------------------------------------------
+
+
 def create_app(settings: MockSettings | None = None) -> web.Application:
     settings = settings or MockSettings()
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -921,6 +733,15 @@ def create_app(settings: MockSettings | None = None) -> web.Application:
 
     app.cleanup_ctx.append(open_log)
     return app
+
+
+class _Runner(web.AppRunner):
+    """aiohttp's runner, its connections served by the fast path (mock/fastpath.py)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        fastpath.serve_fast(server, self._app[SETTINGS_KEY], self._app[STATE_KEY])
+        return server
 
 
 class MockServer:
@@ -977,199 +798,3 @@ class MockServer:
         await self.aclose()
 
 
-# --- the fast path: first streamed replies answered below aiohttp's application layer ---
-#
-# A first streamed request of a cached shape (the bulk of any load: every turn
-# starts with one) costs aiohttp's per-request machinery -- a task, a request
-# object, a writer, prepare() building headers -- several times what the mock
-# does for it. The fast path answers it from the connection's data_received,
-# parsed by aiohttp's own (C) parser, when the connection is idle (no request in
-# progress or queued: responses stay in order) and the body came whole. Every
-# other request -- follow-ups, faults, hangs, pacing, other routes, anything the
-# fast path does not recognise -- goes to aiohttp's handler unchanged, with the
-# body it already read. The bytes on the wire are the ones aiohttp writes.
-
-try:  # aiohttp internals the fast path subclasses; without them the mock runs on aiohttp alone
-    from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
-    from aiohttp.http_exceptions import HttpProcessingError
-    from aiohttp.helpers import rfc822_formatted_time
-    from aiohttp.http_parser import RawRequestMessage
-    from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
-    from aiohttp.web_protocol import RequestHandler, _ErrInfo
-except ImportError:  # pragma: no cover - a future aiohttp moved them
-    RequestHandler = None  # type: ignore[assignment,misc]
-# what _FastHandler touches of aiohttp's protocol (3.14); another aiohttp
-# without one of them runs the mock on aiohttp alone
-_FAST_NEEDS = (
-    "_messages", "_waiter", "_payload_parser", "_upgraded", "_parser", "_handle_request", "_request_count",
-    "_max_msg_queue_size", "_pause_reading_for_buffer", "_buffer_paused", "_keepalive_timeout",
-    "_next_keepalive_close_time", "_force_close", "_close", "_manager", "_loop", "_paused", "_message_tail",
-)  # fmt: skip
-if RequestHandler is not None and not all(hasattr(RequestHandler, name) for name in _FAST_NEEDS):  # pragma: no cover
-    RequestHandler = None  # type: ignore[assignment,misc]
-
-FAST_ROUTES: dict[str, Dialect] = {path: d for d in BY_NAME.values() for path in d.paths}
-# a larger body still coming goes to aiohttp; and past 2 x its 64 KiB read buffer
-# the body reader pauses the socket, so a held request would never complete
-FAST_WAIT_BYTES = 1 << 16
-_WAIT = object()
-
-
-def _fast_events(dialect: Dialect, raw: bytes, path: str, settings: MockSettings, state: MockState) -> tuple[_Exchange, list[bytes]] | None:
-    """The exchange and events of a request the fast path can answer, or None
-    (nothing recorded: aiohttp's handler serves it from the start)."""
-    if settings.script is not None or settings.chunk_delay_ms or settings.ttft_ms:
-        return None
-    try:
-        turn = dialect.read(_decode(raw.decode()))
-    except (ValueError, RecursionError, BadRequest):
-        return None
-    if not turn.stream or turn.followup:
-        return None
-    found = _shape_for(dialect, turn.user_text, settings, state)
-    if found is None:
-        return None
-    ex = _begin(state, path, dialect)
-    events = _shape_reply(dialect, turn, found, turn.model or settings.model, state, ex)
-    return ex, events
-
-
-if RequestHandler is not None:
-    _SERVER = SERVER_SOFTWARE.encode()
-
-    class _FastHandler(RequestHandler):  # type: ignore[misc,valid-type]
-        # requests handed to aiohttp on this connection whose response is not
-        # finished: the fast path answers only while there are none (and none
-        # queued), so responses leave in request order. aiohttp's own state
-        # cannot tell: between taking a request off its queue and starting its
-        # task (not eager before Python 3.12) the connection looks idle.
-        # _kst_wait: a request the fast path may answer whose body has not all
-        # come yet (httpx and http.client send the headers and the body in two
-        # writes), held until it has; nothing of it is recorded before.
-        __slots__ = ("_kst_busy", "_kst_wait")
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._kst_busy = 0
-            self._kst_wait: tuple[Any, Any] | None = None
-
-        async def _handle_request(self, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return await super()._handle_request(*args, **kwargs)
-            finally:
-                self._kst_busy -= 1
-
-        def data_received(self, data: bytes) -> None:
-            if self._force_close or self._close:
-                return
-            if self._payload_parser is not None or self._upgraded:
-                return super().data_received(data)
-            try:
-                messages, upgraded, tail = self._parser.feed_data(data)
-            except HttpProcessingError as exc:
-                messages, upgraded, tail = [(_ErrInfo(status=400, exc=exc, message=exc.message), EMPTY_PAYLOAD)], False, b""
-            queued = False
-            wait = self._kst_wait
-            if wait is not None and (messages or upgraded or wait[1].is_eof()):
-                # its body is whole now (the parser reads a request's body before the next request)
-                self._kst_wait = None
-                queued = self._take(wait[0], wait[1], upgraded)
-            for msg, payload in messages:
-                self._request_count += 1
-                queued = self._take(msg, payload, upgraded) or queued
-            waiter = self._waiter
-            if queued and waiter is not None and not waiter.done():
-                waiter.set_result(None)
-            if not self._buffer_paused and len(self._messages) >= self._max_msg_queue_size:
-                self._pause_reading_for_buffer()
-            self._upgraded = upgraded
-            if upgraded and tail:
-                self._message_tail = tail
-
-        def _take(self, msg: Any, payload: Any, upgraded: bool) -> bool:
-            """Answer a request here, hold it for the rest of its body, or queue
-            it for aiohttp (True)."""
-            if self._kst_wait is None and not self._messages and not self._kst_busy and not upgraded:
-                kept = self._answer(msg, payload)
-                if kept is None:
-                    return False
-                if kept is _WAIT:
-                    self._kst_wait = (msg, payload)
-                    self._manager.kstress[1].counters["fast_path_held"] += 1  # type: ignore[union-attr]
-                    return False
-                payload = kept
-            elif self._kst_wait is not None:  # pragma: no cover - a later request parsed means the body was whole
-                held, self._kst_wait = self._kst_wait, None
-                self._messages.append(held)
-                self._kst_busy += 1
-            self._messages.append((msg, payload))
-            self._kst_busy += 1
-            return True
-
-        def _answer(self, msg: Any, payload: Any) -> Any:
-            """None: answered here. Otherwise the payload to queue for aiohttp
-            (the one given, or a copy of the body this read)."""
-            if (
-                self._paused  # the transport's buffer is full: aiohttp's writer waits for it to drain
-                or not isinstance(msg, RawRequestMessage)
-                or msg.method != "POST"
-                or msg.version != HttpVersion11
-                or msg.should_close
-                or msg.upgrade
-                or payload is EMPTY_PAYLOAD
-                or self.transport is None
-            ):
-                return payload
-            dialect = FAST_ROUTES.get(msg.path)
-            if dialect is None:
-                return payload
-            if not payload.is_eof():
-                length = msg.headers.get("Content-Length", "")
-                return _WAIT if length.isdigit() and int(length) <= FAST_WAIT_BYTES else payload
-            manager = self._manager
-            settings, state = manager.kstress  # type: ignore[union-attr]
-            raw = payload.read_nowait(-1)
-            got = _fast_events(dialect, raw, msg.path, settings, state)
-            if got is None:
-                kept = StreamReader(self, 2**16, loop=self._loop)
-                kept.feed_data(raw)
-                kept.feed_eof()
-                return kept
-            ex, events = got
-            body = b"".join(events)
-            ex.sent(None, time.monotonic())
-            state.commit(ex, 200)
-            self._write_reply(
-                b"HTTP/1.1 200 OK\r\nContent-Type: " + dialect.content_type.encode()
-                + b"\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nDate: " + rfc822_formatted_time().encode()
-                + b"\r\nServer: " + _SERVER + b"\r\n\r\n%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
-            )  # fmt: skip
-            _end(state, ex, 200)
-            state.counters["fast_path"] += 1
-            manager.requests_count += 1  # type: ignore[union-attr]
-            if self._parser is not None and hasattr(self._parser, "message_consumed"):
-                self._parser.message_consumed()
-            if self._keepalive_timeout > 0:
-                self._next_keepalive_close_time = self._loop.time() + self._keepalive_timeout
-            return None
-
-        def _write_reply(self, data: bytes) -> None:
-            self.transport.write(data)  # type: ignore[union-attr]
-
-    class _FastServer(web.Server):
-        def __call__(self) -> RequestHandler:
-            return _FastHandler(self, loop=self._loop, **self._kwargs)
-
-
-class _Runner(web.AppRunner):
-    """aiohttp's runner, its connections served by _FastHandler."""
-
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        if RequestHandler is not None and FAST_PATH:
-            server.__class__ = _FastServer  # same object, one method more: its connections' handler class
-            server.kstress = (self._app[SETTINGS_KEY], self._app[STATE_KEY])  # type: ignore[attr-defined]
-        return server
-
-
-FAST_PATH = True

@@ -1,4 +1,4 @@
-"""The fast path (mock/server.py _FastHandler): first streamed replies answered
+"""The fast path (mock/fastpath.py _FastHandler): first streamed replies answered
 from data_received, everything else by aiohttp's handler -- on one connection,
 in order, with the same bytes."""
 
@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from mock import server as mock_server
+from mock import fastpath
 from mock.markers import build_plan, compose
 from mockhelpers import PATHS, first_body, followup_body
 
@@ -47,7 +47,7 @@ def test_first_reply_fast_followup_through_aiohttp_on_one_connection(start_mock,
 def test_same_headers_as_aiohttp(start_mock, monkeypatch) -> None:
     text = compose("!batch2", "hdrs")
     fast = start_mock().request("POST", PATHS["chat"], first_body("chat", text, True))
-    monkeypatch.setattr(mock_server, "FAST_PATH", False)
+    monkeypatch.setattr(fastpath, "FAST_PATH", False)
     slow_mock = start_mock()
     slow = slow_mock.request("POST", PATHS["chat"], first_body("chat", text, True))
     assert _fast_count(slow_mock) == 0

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from mock import server as mock_server
+from mock import fastpath
 from mock.markers import build_plan, compose, text_verdict
 from mock.store import QUERY_LIMIT
 from mockhelpers import PATHS, first_body, followup_body
@@ -216,13 +216,13 @@ def test_every_write_finds_the_entry_and_the_last_finds_the_log_line(
 
     monkeypatch.setattr(web.StreamResponse, "write", spy_write)
     monkeypatch.setattr(web.StreamResponse, "write_eof", spy_eof)
-    fast_write = mock_server._FastHandler._write_reply  # noqa: SLF001 - the fast path's one write
+    fast_write = fastpath._FastHandler._write_reply  # noqa: SLF001 - the fast path's one write
 
     def spy_fast(self, data):
         look(bytes(data))
         return fast_write(self, data)
 
-    monkeypatch.setattr(mock_server._FastHandler, "_write_reply", spy_fast)
+    monkeypatch.setattr(fastpath._FastHandler, "_write_reply", spy_fast)
 
     for n_request, body in enumerate((first_body(dialect, text, stream), followup_body(dialect, plan, text, stream)), 1):
         seen.clear()
