@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import aiohttp
 
 from ..errors import UsageError
 
@@ -37,7 +36,7 @@ class MockJoin:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Any = None  # an aiohttp.ClientSession once entered
         self._pending: dict[str, list[asyncio.Future]] = {}
         self._flushing = False
         self._tasks: set[asyncio.Task] = set()
@@ -45,8 +44,10 @@ class MockJoin:
         self.last_error: str | None = None
 
     async def __aenter__(self) -> "MockJoin":
+        import aiohttp  # here, not at the top: a usage error or --help need not load it (~0.4 s of CPU)
+
         if self.address.startswith("unix:"):
-            connector: aiohttp.BaseConnector = aiohttp.UnixConnector(path=self.address[5:])
+            connector: Any = aiohttp.UnixConnector(path=self.address[5:])
             self._base = "http://mock"
         else:
             connector = aiohttp.TCPConnector()
@@ -90,6 +91,8 @@ class MockJoin:
             t.add_done_callback(self._tasks.discard)
 
     async def _query(self, part: dict[str, list[asyncio.Future]]) -> None:
+        import aiohttp  # loaded by __aenter__ already
+
         found: dict[str, Any] = {}
         try:
             assert self._session is not None

@@ -29,6 +29,7 @@ def small_cmp(old: str, new: str, out: Path) -> CmpSettings:
     return CmpSettings(old=old, new=new, rounds=6, bombard_conns=16, bombard_rounds=2, stability_rounds=10, tool_ms=100, out=out, quiet=True)
 
 
+@pytest.mark.serial  # the concurrency speedup of real tool processes (> 3 of 4)
 async def test_cmp_flags_serial_tools_as_a_regression(tmp_path):
     r = await run_cmp(small_cmp("refkernel", "refkernel --fault serial-tools", tmp_path))
     dims = {d["name"]: d for d in r.summary["dimensions"]}

@@ -23,6 +23,7 @@ def first_failures(r) -> dict[str, str]:
     return {row["marker"]: row["failures"][0].split(" ", 1)[0] for row in read_jsonl(r.dir / "turns.jsonl") if row["failures"]}
 
 
+@pytest.mark.serial  # judges the overlap of real tool processes
 @pytest.mark.parametrize("mode", RULES)
 async def test_the_right_contract_passes_and_every_wrong_one_fails_by_name(kernel_factory, out_dir, mode):
     async with kernel_factory("--batch", mode, tool_ms=100) as k:

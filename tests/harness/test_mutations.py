@@ -11,7 +11,8 @@ import pytest
 from harness.scenarios import AbtestSettings, BatchSettings, StressSettings, run_abtest, run_batch, run_stress
 from harness.results.rundir import read_jsonl
 
-pytestmark = pytest.mark.slow
+# overlaps, completion order and speedups of real tool processes: run alone (`serial`)
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 # the whole suite runs on each LLM API the reference kernel speaks
 DIALECTS = ("chat", "responses", "anthropic")
 

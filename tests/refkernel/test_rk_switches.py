@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from mock import markers
 from rkclient import text_for
 
@@ -58,6 +60,7 @@ async def test_terse_leaves_the_hide_error_frames_symptom_alone(rk):
     assert turn.frames == [{"type": "response", "id": turn.id, "text": ""}]  # empty, not "done"
 
 
+@pytest.mark.serial  # compares two processes' clocks to the millisecond
 async def test_delay_lands_before_the_llm_request(rk):
     kernels = {"plain": await rk(), "slow": await rk("--delay-ms", "300")}
     conns = {name: await k.connect() for name, k in kernels.items()}
