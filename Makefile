@@ -23,8 +23,10 @@ demo: $(STAMP)
 # worker's namespaces and state apart): the end-to-end tier mostly waits on
 # the processes it starts. Tests marked `serial` assert the timing of real
 # concurrent processes (speedups, overlaps) and run alone afterwards.
+# worksteal: an idle worker takes queued tests from a busy one, so the long
+# end-to-end tests do not leave one worker running alone at the end.
 TEST_WORKERS ?= 3
-XDIST := -n $(TEST_WORKERS)
+XDIST := -n $(TEST_WORKERS) --dist worksteal
 
 # Byte-compiled once up front: the suite starts Python processes by the
 # thousand (kstress, mocks, kernels, guardians), and where
