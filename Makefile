@@ -37,8 +37,8 @@ COMPILE := $(PY) -m compileall -q harness mock refkernel examples > /dev/null
 test: $(STAMP)
 	sh scripts/ensure-chromium.sh
 	$(COMPILE)
-	$(PY) -m pytest $(XDIST) -m "not serial"
-	$(PY) -m pytest -m serial
+	$(PY) -m pytest $(XDIST) -m "not serial" --durations=10
+	$(PY) -m pytest -m serial --durations=10
 
 # The end-to-end tier three times in a row: exit 1 naming every test that was
 # not green in all three (a flake shows here before it shows in CI).

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -36,10 +37,11 @@ def test_launch_kcli_status_stop(cli):
     r = cli.run("--conns", "4", "--inputs", "2", "--out", str(cli.out), "--quiet", script="stress.py")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.rstrip().splitlines()[-1].startswith("run: ")
+    stopped = time.time()
     r = cli.launch_sh("stop")
     assert r.returncode == 0 and "no orphans" in r.stdout
     assert not (cli.home / "current").exists()
-    assert wait_for(lambda: namespace_gone(st["namespace"], st["net_inode"]), 5, "namespace removal")
+    assert wait_for(lambda: namespace_gone(st["namespace"], st["net_inode"], stopped), 5, "namespace removal")
     assert not Path(st["socket"]).exists() and not Path(st["mock_socket"]).exists()
     assert Path(st["run_dir"], "logs", "target.err").exists()
 
@@ -49,11 +51,12 @@ def test_stop_names_orphans_of_a_leaky_kernel(cli):
     st = cli.state()
     r = cli.run("send", "!resident", script="kcli.py")
     assert r.returncode == 0, r.stdout
+    stopped = time.time()
     r = cli.launch_sh("stop")
     assert r.returncode == 1
     assert "orphan: pid" in r.stdout and "sleep 600" in r.stdout and "orphan process" in r.stderr
     # the sandbox still removed them
-    assert wait_for(lambda: namespace_gone(st["namespace"], st["net_inode"]), 5, "namespace removal")
+    assert wait_for(lambda: namespace_gone(st["namespace"], st["net_inode"], stopped), 5, "namespace removal")
 
 
 def test_no_running_sandbox(cli):
@@ -71,11 +74,12 @@ def test_supervisor_killed_leaves_nothing(cli):
     assert cli.launch_sh().returncode == 0
     st = cli.state()
     pids = [st["supervisor_pid"], *st["pids"].values()]
+    killed = time.time()
     os.kill(st["supervisor_pid"], signal.SIGKILL)
 
     def all_gone():
         alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        return not alive and namespace_gone(st["namespace"], st["net_inode"])
+        return not alive and namespace_gone(st["namespace"], st["net_inode"], killed)
 
     wait_for(all_gone, 2.0, "the guardian to clean up after the supervisor's death")
     locks = list(Path("/run/kstress").glob(f"{st['namespace']}*")) if st["namespace"] else []

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -155,9 +156,10 @@ def test_the_supervisor_killed_takes_the_connector_with_it(cli):
     st = cli.state()
     pids = [st["supervisor_pid"], *st["pids"].values()]
     assert st["pids"]["connector"]
+    killed = time.time()
     os.kill(st["supervisor_pid"], signal.SIGKILL)
     try:
-        wait_until(lambda: not left_of(st, pids) and namespace_gone(st["namespace"], st["net_inode"]), 2.0,
+        wait_until(lambda: not left_of(st, pids) and namespace_gone(st["namespace"], st["net_inode"], killed), 2.0,
                    "the guardian to clean up the connector with the rest")
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {left_of(st, pids)}") from None
