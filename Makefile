@@ -25,7 +25,7 @@ demo: $(STAMP)
 # concurrent processes (speedups, overlaps) and run alone afterwards.
 # worksteal: an idle worker takes queued tests from a busy one, so the long
 # end-to-end tests do not leave one worker running alone at the end.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist worksteal
 
 # Byte-compiled once up front: the suite starts Python processes by the

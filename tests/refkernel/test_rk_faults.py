@@ -57,6 +57,7 @@ async def test_fault_first_tool_only(rk, api):
     assert (v.expected, v.got, v.ids, v.args, v.order) == (4, 1, True, True, True), v.format()
 
 
+@pytest.mark.serial  # the tools' completion order, by their real durations
 async def test_fault_completion_order(rk, api):
     # Durations decrease with the index (steps well above process-spawn
     # skew), so the results come back out of declared order.
@@ -66,6 +67,7 @@ async def test_fault_completion_order(rk, api):
     assert sorted(echoed) == ["0", "1", "2", "3"] and echoed != ["0", "1", "2", "3"], echoed
 
 
+@pytest.mark.serial  # the tools' real timestamps
 async def test_fault_serial_tools(rk, api):
     turn, v, n = await _verdict(rk, api, "serial-tools", "!slowbatch4")
     assert v.all_ok  # the verdict alone cannot see it ...
@@ -74,6 +76,7 @@ async def test_fault_serial_tools(rk, api):
     assert v.tool_ms is not None and v.tool_ms >= plan.serial_ms
 
 
+@pytest.mark.serial  # the tools' real overlap
 async def test_fault_always_parallel(rk, api):
     turn, v, n = await _verdict(rk, api, "always-parallel", "!mixed4", tool_ms=TOOL_MS)
     assert v.all_ok
