@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
-
-import psutil
 
 from harness.sandbox.namespace import processes_in
 
@@ -12,7 +12,7 @@ from harness.sandbox.namespace import processes_in
 def namespace_gone(name: str | None, inode: int | None, born_before: float | None = None) -> bool:
     """The namespace's /run/netns entry is gone and no process is left in it.
     A freed namespace's inode is reused, by another worker's sandbox too: with
-    ``born_before`` (a time.time() taken before the sandbox was stopped) only
+    ``born_before`` (a boot_clock() taken before the sandbox was stopped) only
     processes older than that count, and a namespace made after ours was
     freed holds none of those."""
     if name and Path("/run/netns", name).exists():
@@ -22,8 +22,19 @@ def namespace_gone(name: str | None, inode: int | None, born_before: float | Non
     left = []
     for pid in processes_in(inode):
         try:
-            if born_before is None or psutil.Process(pid).create_time() < born_before:
+            if born_before is None or _started(pid) < born_before:
                 left.append(pid)
-        except psutil.Error:
+        except (OSError, IndexError, ValueError):
             pass
     return not left
+
+
+def boot_clock() -> float:
+    """Seconds since boot: the clock /proc/PID/stat counts start times in, to
+    the tick (psutil's create_time goes through btime, whole seconds only)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _started(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")

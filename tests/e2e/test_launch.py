@@ -6,13 +6,12 @@ import os
 import signal
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from e2ehelpers import namespace_gone
+from e2ehelpers import boot_clock, namespace_gone
 from waiting import wait_until as wait_for
 
 pytestmark = pytest.mark.slow
@@ -37,7 +36,7 @@ def test_launch_kcli_status_stop(cli):
     r = cli.run("--conns", "4", "--inputs", "2", "--out", str(cli.out), "--quiet", script="stress.py")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.rstrip().splitlines()[-1].startswith("run: ")
-    stopped = time.time()
+    stopped = boot_clock()
     r = cli.launch_sh("stop")
     assert r.returncode == 0 and "no orphans" in r.stdout
     assert not (cli.home / "current").exists()
@@ -51,7 +50,7 @@ def test_stop_names_orphans_of_a_leaky_kernel(cli):
     st = cli.state()
     r = cli.run("send", "!resident", script="kcli.py")
     assert r.returncode == 0, r.stdout
-    stopped = time.time()
+    stopped = boot_clock()
     r = cli.launch_sh("stop")
     assert r.returncode == 1
     assert "orphan: pid" in r.stdout and "sleep 600" in r.stdout and "orphan process" in r.stderr
@@ -74,7 +73,7 @@ def test_supervisor_killed_leaves_nothing(cli):
     assert cli.launch_sh().returncode == 0
     st = cli.state()
     pids = [st["supervisor_pid"], *st["pids"].values()]
-    killed = time.time()
+    killed = boot_clock()
     os.kill(st["supervisor_pid"], signal.SIGKILL)
 
     def all_gone():

@@ -10,14 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
-from e2ehelpers import namespace_gone
+from e2ehelpers import boot_clock, namespace_gone
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -156,7 +155,7 @@ def test_the_supervisor_killed_takes_the_connector_with_it(cli):
     st = cli.state()
     pids = [st["supervisor_pid"], *st["pids"].values()]
     assert st["pids"]["connector"]
-    killed = time.time()
+    killed = boot_clock()
     os.kill(st["supervisor_pid"], signal.SIGKILL)
     try:
         wait_until(lambda: not left_of(st, pids) and namespace_gone(st["namespace"], st["net_inode"], killed), 2.0,

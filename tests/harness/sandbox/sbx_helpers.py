@@ -28,17 +28,21 @@ def leftovers(
     net_inode: int | None,
     lock_path: str | Path | None,
     pids: Iterable[int] = (),
+    born_before: float | None = None,
 ) -> dict[str, object]:
     """Everything of one sandbox that still exists; {} when nothing does.
 
     `pids`: processes known to have been inside (the guardian included), so a
-    survivor is found even after its namespace's inode was reused."""
+    survivor is found even after its namespace's inode was reused.
+    `born_before`: a boot_clock() taken before the sandbox was stopped. A freed
+    namespace's inode is reused, by another test's sandbox too (the suite runs
+    in parallel): with it only processes older than that count as ours."""
     found: dict[str, object] = {}
     known = sorted(p for p in set(pids) if alive(p))
     if known:
         found["known_pids_alive"] = {p: _cmd(p) for p in known}
     if net_inode is not None:
-        inside = [p for p in processes_in(net_inode) if alive(p)]
+        inside = [p for p in processes_in(net_inode) if alive(p) and _born_before(p, born_before)]
         if inside:
             found["pids_in_namespace"] = {p: _cmd(p) for p in inside}
     if name:
@@ -51,6 +55,23 @@ def leftovers(
     if lock_path is not None and os.path.lexists(lock_path):
         found["lock_file"] = str(lock_path)
     return found
+
+
+def boot_clock() -> float:
+    """Seconds since boot, the clock /proc/PID/stat's start time counts in
+    (wall-clock start times go through btime, whole seconds only)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _born_before(pid: int, t: float | None) -> bool:
+    if t is None:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return False
+    return ticks / os.sysconf("SC_CLK_TCK") < t
 
 
 def _cmd(pid: int) -> str:
@@ -76,10 +97,10 @@ def wait_until(condition: Callable[[], object], timeout_s: float, what: str) -> 
 def wait_gone(info: dict, timeout_s: float) -> tuple[dict, float]:
     """Poll until nothing of the sandbox described by `info` (as printed by
     sbx_owner.py) is left, up to `timeout_s`. Returns (leftovers, seconds)."""
-    t0 = time.monotonic()
+    t0, born_before = time.monotonic(), boot_clock()  # the owner is already gone: nothing of it is born later
     pids = list(info.get("pids", [])) + [info["guardian_pid"]]
     while True:
-        left = leftovers(info["name"], info["net_inode"], info["lock_path"], pids)
+        left = leftovers(info["name"], info["net_inode"], info["lock_path"], pids, born_before)
         elapsed = time.monotonic() - t0
         if not left or elapsed >= timeout_s:
             return left, elapsed

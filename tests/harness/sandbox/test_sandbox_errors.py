@@ -15,7 +15,7 @@ import pytest
 from sbx_runner import HERE, REPO, Runner
 from harness.errors import UsageError
 from harness.sandbox.namespace import Sandbox, SandboxError
-from sbx_helpers import leftovers
+from sbx_helpers import boot_clock, leftovers
 
 
 def _run_check_as_root(prefix: list[str], check: str, mechanism: str, tmp_path: Path) -> dict:
@@ -129,5 +129,6 @@ async def test_two_sandboxes_are_separate(lock_dir):
         pb = await b.spawn(["sleep", "30"])
         assert a.pids() == [pa.pid] and b.pids() == [pb.pid]
         info = [(s.name, s.net_inode, s.lock_path) for s in (a, b)]
+        stopping = boot_clock()
     for name, inode, lock in info:
-        assert not leftovers(name, inode, lock, [pa.pid, pb.pid])
+        assert not leftovers(name, inode, lock, [pa.pid, pb.pid], stopping)
