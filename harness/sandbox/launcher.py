@@ -395,7 +395,8 @@ class Launch:
         await self._wait_ready()
         # start-up: spawn -> ready (socket accepting, handshake done), and what it holds then
         self.startup_s = round(time.monotonic() - spawned, 4)
-        self.ready_rss_mb = _tree_rss_mb(self.target_proc.pid)
+        rss = tree_rss_mb(self.target_proc.pid)
+        self.ready_rss_mb = None if rss is None else round(rss, 2)
 
     async def _wait_ready(self) -> None:
         proc = self.target_proc
@@ -591,7 +592,10 @@ class Launch:
             self._owner_fd = None
 
 
-def _tree_rss_mb(pid: int) -> float | None:
+def tree_rss_mb(pid: int | None) -> float | None:
+    """Resident memory of a process and all its descendants, MiB; None when it is gone."""
+    if pid is None:
+        return None
     try:
         p = psutil.Process(pid)
         total = p.memory_info().rss
@@ -600,7 +604,7 @@ def _tree_rss_mb(pid: int) -> float | None:
                 total += c.memory_info().rss
             except psutil.Error:
                 pass
-        return round(total / 2**20, 2)
+        return total / 2**20
     except psutil.Error:
         return None
 

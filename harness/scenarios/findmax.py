@@ -40,7 +40,7 @@ from ..load.kernels import check_split
 from ..sandbox.sut import Access, kernel_targets
 from ..results.thresholds import evaluate, parse_thresholds
 from .common import failure_counts, kernel_sections, kernel_summaries, level_stats
-from .stress import ARRIVALS, DEFAULT_MIX, MIX_HELP, StressSettings, _Load, parse_mix
+from .stress import ARRIVALS, DEFAULT_MIX, MIX_HELP, StressSettings, Load, parse_mix
 
 # what a kernel at capacity answers: the search expects these at the stage that breaks
 LOAD_SHEDDING = ("error_frame:busy", "timeout", "conn_error:capacity", "conn_error:timeout")
@@ -159,7 +159,7 @@ async def run_findmax(settings: FindmaxSettings, access: Access) -> RunResult:
         try:
             for i, level in enumerate(levels, 1):
                 run.check_alive()
-                load = _Load(settings.stage_settings(level, i), target, run, targets, weights)
+                load = Load(settings.stage_settings(level, i), target, run, targets, weights)
                 load.extra_labels = {"stage": i, "level": level}
                 info: dict[str, Any] = {"stage": i, "level": level, "t_start_rel": round(time.monotonic() - run.t0, 4)}
                 stage_extras.append(info)

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import psutil
-
 from mock.errors import MarkerError
 from mock.markers import build_plan, session_nonce
 
@@ -45,6 +43,7 @@ from ..results.stats import summarize
 from ..results.thresholds import LATENCY_PS, latency_by_marker, throughput_windows
 from ..load.kernels import check_split, schedule, split
 from ..load.shapes import DURATION_HELP, Ramp, duration_parser, follow_level, parse_stages
+from ..sandbox.launcher import tree_rss_mb
 from ..sandbox.sut import Access, Target, kernel_targets
 from .common import failure_counts, kernel_checks, kernel_sections, kernel_summaries
 from .stress import MIX_MATTERS, check_shape, load_compare_rows, mix_key, parse_mix, stage_section, stage_table
@@ -110,22 +109,6 @@ class SessionsSettings:
         return self.conns or max(1, self.peak_sessions // 4)
 
 
-def _tree_rss(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        p = psutil.Process(pid)
-        total = p.memory_info().rss
-        for c in p.children(recursive=True):
-            try:
-                total += c.memory_info().rss
-            except psutil.Error:
-                pass
-        return total / 2**20
-    except psutil.Error:
-        return None
-
-
 async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
     targets = kernel_targets(access)  # one, or several kernels at once: sessions go to them by weight
     for t in targets:
@@ -184,9 +167,9 @@ class _SessionLoad:
         self.locks = [asyncio.Lock() for _ in self.conns]
         self.per_kernel = run.extras.get("kernels") or []
         for i, k in enumerate(self.per_kernel):
-            k.update(weight=self.access.weights[i], conns=kernel_conns[i], sessions=self.session_kernel.count(i), memory={"rss_before_mb": _tree_rss(targets[i].target_pid)})
+            k.update(weight=self.access.weights[i], conns=kernel_conns[i], sessions=self.session_kernel.count(i), memory={"rss_before_mb": tree_rss_mb(targets[i].target_pid)})
         if not self.many:
-            run.extras["memory"] = {"rss_before_mb": _tree_rss(targets[0].target_pid)}
+            run.extras["memory"] = {"rss_before_mb": tree_rss_mb(targets[0].target_pid)}
         self.t0 = time.monotonic()
         self.warm_until = self.t0 + self.s.warmup_s if self.s.warmup_s else None
         run.extras["load_t0_rel"] = round(self.t0 - run.t0, 4)
@@ -208,9 +191,9 @@ class _SessionLoad:
         """Each kernel's memory after the last turn, then every connection closed."""
         if self.many:
             for i, k in enumerate(self.per_kernel):
-                k["memory"]["rss_after_mb"] = _tree_rss(self.targets[i].target_pid)
+                k["memory"]["rss_after_mb"] = tree_rss_mb(self.targets[i].target_pid)
         else:
-            self.run.extras["memory"]["rss_after_mb"] = _tree_rss(self.targets[0].target_pid)
+            self.run.extras["memory"]["rss_after_mb"] = tree_rss_mb(self.targets[0].target_pid)
         for c in self.conns:
             if c is not None:
                 await c.aclose()

@@ -169,7 +169,10 @@ class StressSettings:
         return MAX_INPUTS if self.timed else self.conns * DEFAULT_INPUTS
 
 
-class _Load:
+class Load:
+    """One stress load against the targets: its connections or arrivals, the
+    turns they send and the verdicts they collect (findmax runs one per level)."""
+
     def __init__(self, s: StressSettings, target: Target, run: Run, targets: list[Target] | None = None, weights: tuple[float, ...] = ()) -> None:
         self.s = s
         self.target = target
@@ -598,7 +601,7 @@ class _Watch:
             self.run.extras[key] = got
 
 
-async def _replay_probes(load: _Load, targets: list[Target], per_kernel: list[dict[str, Any]], skipped: list[dict[str, Any]], extras: dict[str, Any]) -> None:
+async def _replay_probes(load: Load, targets: list[Target], per_kernel: list[dict[str, Any]], skipped: list[dict[str, Any]], extras: dict[str, Any]) -> None:
     """The replay-guard probe of each kernel that declares a guard, and one
     result for the run (with several kernels, every one's guard must hold)."""
     many = len(targets) > 1
@@ -631,7 +634,7 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
     shares = check_split("connections", settings.conns, weights, access.names, "--conns") if many else [settings.conns]
 
     async def body(run: Run) -> None:
-        load = _Load(settings, target, run, targets, weights)
+        load = Load(settings, target, run, targets, weights)
         extras = run.extras
         per_kernel = extras.get("kernels") or [{} for _ in targets]  # several kernels: what each one measured beside its turns
         for k, w, n in zip(per_kernel, weights, shares):
