@@ -20,15 +20,15 @@ demo: $(STAMP)
 	$(PY) -m harness stress --launch --conns 32 --inputs 10
 
 # The suite in parallel workers (pytest-xdist; tests/conftest.py keeps each
-# worker's namespaces and state apart): the end-to-end tier mostly waits on
-# the processes it starts. Tests marked `serial` assert the timing of real
-# concurrent processes (speedups, overlaps) and run alone afterwards.
+# worker's namespaces and state apart). It is CPU-bound on these 2-core
+# machines (-n 4: 1,458 CPU-s busy, 12 idle, in 734 s): more workers than
+# cores only fill the gaps where a test waits on a process it started.
+# Tests marked `serial` assert the timing of real concurrent processes
+# (speedups, overlaps, a build against itself) and run alone afterwards.
 # worksteal: an idle worker takes queued tests from a busy one, so the long
 # end-to-end tests do not leave one worker running alone at the end.
-# 0 (one process) until the timing tests no longer stagger under the others'
-# load: each parallel run here found one more (docs/design-notes.md, "The
-# suite in parallel"); `make test TEST_WORKERS=2` runs the parallel form.
-TEST_WORKERS ?= 0
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist worksteal
 
 # Byte-compiled once up front: the suite starts Python processes by the

@@ -42,6 +42,7 @@ async def test_cmp_flags_serial_tools_as_a_regression(tmp_path):
     assert (r.dir / "mock-old.jsonl").stat().st_size > 0 and (r.dir / "mock-new.jsonl").stat().st_size > 0
 
 
+@pytest.mark.serial  # under the other workers' load six rounds of one build drifted 9% apart (p=0.041): issue 22
 async def test_cmp_of_a_build_against_itself_reports_no_regression(tmp_path):
     r = await run_cmp(small_cmp("refkernel", "refkernel", tmp_path))
     assert r.exit_code == 0, r.report
