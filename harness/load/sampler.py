@@ -60,6 +60,7 @@ class Sampler:
         self._cpu_sum = 0.0
         self._procs: dict[int, psutil.Process] = {}
         self._file: Any = None
+        self._stopping = False
 
     def preflight(self) -> str | None:
         try:
@@ -103,14 +104,17 @@ class Sampler:
 
     async def _loop(self) -> None:
         t0 = time.monotonic()
-        while True:
+        while not self._stopping:
             c0 = time.thread_time()
             row: dict[str, Any] = {"t": round(time.monotonic() - t0, 3), "ts": round(time.time(), 3)}
             row.update(self._sample())
             own = time.thread_time() - c0
             if self.stats_fn is not None:
                 try:
-                    stats = await asyncio.wait_for(self.stats_fn(), self.interval_s * 4 + 1)
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for returns an answer that lands in
+                    # the step stop() cancels it, swallowing the cancel (the run then never ends)
+                    async with asyncio.timeout(self.interval_s * 4 + 1):
+                        stats = await self.stats_fn()
                     row["kernel"] = stats
                     self.summary.last_stats = stats
                     pq = stats.get("peak_queued")
@@ -151,6 +155,7 @@ class Sampler:
 
     async def stop(self) -> SamplerSummary:
         task, self._task = self._task, None
+        self._stopping = True  # a cancel swallowed below the loop still ends it within one period
         if task is not None:
             task.cancel()
             try:
