@@ -322,7 +322,7 @@ def _kernels(launch, tools_file, target_files, bins, weights, *rest):
     kernel), their names and weights. A single one is left to _access, as before."""
     from dataclasses import replace
 
-    from ..load.kernels import check_weights, command_name, unique_names
+    from ..load.kernels import check_kernel_names, check_weights, command_name, unique_names
     from ..sandbox.target import load_catalog_file
 
     if not launch:
@@ -336,6 +336,7 @@ def _kernels(launch, tools_file, target_files, bins, weights, *rest):
         settings = [launch_settings(None, None, *rest, command=b) for b in bins]
         names = [command_name(b) for b in bins]
     names = unique_names(names)
+    check_kernel_names(names, [f"target file {f}" for f in target_files] or [f"--bin {b!r}" for b in bins])
     if tools_file is not None:
         load_catalog_file(tools_file, "--tools")
         settings = [replace(ls, target=replace(ls.target, tools=str(Path(tools_file).resolve()))) for ls in settings]

@@ -6,7 +6,7 @@ and one sampler: uses nothing of the harness but ``harness.errors``."""
 from .. import surface
 
 __all__, __getattr__ = surface(__name__, {
-    "kernels": ("check_split", "check_weights", "command_name", "schedule", "split", "unique_names"),
+    "kernels": ("check_kernel_names", "check_split", "check_weights", "command_name", "schedule", "split", "unique_names"),
     "sampler": ("Sampler",),
     "shapes": ("DURATION_HELP", "MAX_RUN_S", "Ramp", "arrival_offsets", "duration_parser", "follow_level", "parse_stages"),
 })

@@ -33,6 +33,19 @@ def unique_names(names: Sequence[str]) -> list[str]:
     return out
 
 
+def check_kernel_names(names: Sequence[str], sources: Sequence[str]) -> None:
+    """With several kernels each name names files in the run directory
+    (logs-NAME/, resources-NAME.jsonl): it must be one path part, or a name
+    like ``x/../../elsewhere`` writes outside the run (issue 22, item 10)."""
+    for name, source in zip(names, sources):
+        if "/" in name or "\0" in name:
+            raise UsageError(
+                f"kernel name {name!r} ({source}) cannot name its files in the run directory (logs-NAME/, resources-NAME.jsonl): "
+                "a kernel's name is one path part, with no '/'; "
+                "give the target file a name = \"...\" without '/'"
+            )
+
+
 def command_name(command: str) -> str:
     """A --bin command line's kernel name: its binary's basename."""
     first = command.split()[0] if command.split() else command

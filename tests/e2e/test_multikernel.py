@@ -108,6 +108,24 @@ def test_a_bad_weight_count_exits_2_before_anything_starts(cli):
     assert not cli.out.exists() or not any(cli.out.iterdir())
 
 
+@pytest.mark.parametrize("name", ["x/../../../evil", "a/b", "/abs"])
+def test_a_kernel_name_that_is_not_one_path_part_exits_2_before_anything_starts(cli, tmp_path, name):
+    """Each kernel's name names its files in the run directory (logs-NAME/,
+    resources-NAME.jsonl): one with a '/' wrote outside it, or crashed with
+    exit 4 (issue 22, item 10)."""
+    files = []
+    for i, n in enumerate((name, "fine")):
+        f = tmp_path / f"k{i}.toml"
+        f.write_text(f'[target]\nname = "{n}"\nbin = "{REFKERNEL}"\n')
+        files += ["--target", str(f)]
+    r = cli.run("stress", "--launch", *files, *SMALL, "--out", str(cli.out))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"kernel name {name!r} (target file {files[1]}) cannot name its files in the run directory" in r.stderr, r.stderr
+    assert "without '/'" in r.stderr
+    assert not cli.out.exists() or not any(cli.out.iterdir())
+    assert not (tmp_path.parent / "evil").exists() and not (tmp_path / "evil").exists()
+
+
 def test_sessions_on_two_kernels(cli):
     r = cli.run("sessions", "--launch", "--bin", "refkernel", "--bin", "refkernel --fault first-tool-only", "--sessions", "4", "--turns", "3",
                 "--mix", "!batch2:1", "--quiet", "--out", str(cli.out))
