@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -21,6 +22,20 @@ from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
 from .. import __version__
 from .edge import Interrupt
 from ..errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_INTERRUPTED, KstressError, UsageError
+
+
+class FiniteFloat(click.types.FloatParamType):
+    """A number flag: float() takes 'nan' and 'inf', which no rate, time or
+    weight means, and a NaN compared with a limit passes every check (issue 22, item 15)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number: give a number such as 0.5", param, ctx)
+        return number
+
+
+FINITE = FiniteFloat()
 
 
 def _fail(message: str, code: int) -> None:
@@ -74,7 +89,7 @@ def _target_params(multi: bool = False) -> list[click.Parameter]:
                          help="Target TOML file; repeatable with --launch: several kernels in one sandbox, one shared mock."),
             click.Option(["--bin", "bin_"], multiple=True,
                          help="Binary to run (default: the reference kernel); repeatable with --launch, each a quoted command line, e.g. --bin refkernel --bin 'refkernel --fault first-tool-only'."),
-            click.Option(["--weight", "weights"], type=float, multiple=True,
+            click.Option(["--weight", "weights"], type=FINITE, multiple=True,
                          help="The share of the load of each kernel, one per --target/--bin in their order (default: an even split)."),
         ]
     else:
@@ -120,7 +135,7 @@ def _endpoint_params() -> list[click.Parameter]:
         click.Option(["--socket"], metavar="ADDR", help="A kernel instead of a sandbox: unix:PATH (or PATH), tcp:HOST:PORT or ws://HOST:PORT/PATH (loopback only)."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
-        click.Option(["--connect-timeout", "connect_timeout"], type=float, default=5.0, show_default=True, help="Seconds to connect and authenticate."),
+        click.Option(["--connect-timeout", "connect_timeout"], type=FINITE, default=5.0, show_default=True, help="Seconds to connect and authenticate."),
     ]
 
 
@@ -395,7 +410,7 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
 
 
 _ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms", "ttft_ms", "chunk_delay_ms", "llm_api", "env_pairs", "contract_pairs")
-_CLICK_TYPES = {int: int, float: float, str: str, Path: click.Path(path_type=Path)}
+_CLICK_TYPES = {int: int, float: FINITE, str: str, Path: click.Path(path_type=Path)}
 
 
 def _settings_params(settings_cls) -> tuple[list[click.Parameter], list[tuple[str, Any]]]:
@@ -541,8 +556,8 @@ def show_cmd(run_dir, nonce) -> None:
 @cli.command("compare")
 @click.argument("old_run", type=click.Path(path_type=Path))
 @click.argument("new_run", type=click.Path(path_type=Path))
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the Mann-Whitney U test (as cmp).")
-@click.option("--min-effect", type=float, default=0.05, show_default=True, help="Smallest change called better or worse (a fraction; percentage points for rates).")
+@click.option("--alpha", type=FINITE, default=0.05, show_default=True, help="Significance level of the Mann-Whitney U test (as cmp).")
+@click.option("--min-effect", type=FINITE, default=0.05, show_default=True, help="Smallest change called better or worse (a fraction; percentage points for rates).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of the table.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Also write it to FILE: JSON when FILE ends in .json, else Markdown.")
 def compare_cmd(old_run, new_run, alpha, min_effect, as_json, output) -> None:

@@ -42,6 +42,9 @@ CASES = [
     ("timeout-0", ["stress", "--socket", "{sock}", "--timeout", "0"], 2, ["--timeout 0", "0.1 to 3600"]),
     ("connect-timeout-0", ["stress", "--socket", "{sock}", "--connect-timeout", "0"], 2, ["--connect-timeout 0"]),
     ("interrupts-negative", ["stress", "--socket", "{sock}", "--interrupts", "-1"], 2, ["--interrupts -1"]),
+    ("interrupts-nan", ["stress", "--socket", "{sock}", "--interrupts", "nan"], 2, ["--interrupts", "'nan' is not a finite number"]),  # was: accepted, NaN in run.json
+    ("rate-inf", ["stress", "--socket", "{sock}", "--rate", "inf"], 2, ["--rate", "'inf' is not a finite number"]),
+    ("weight-nan", ["stress", "--launch", "--bin", "refkernel", "--bin", "refkernel", "--weight", "nan", "--weight", "1"], 2, ["--weight", "'nan' is not a finite number"]),
     ("unknown-flag", ["stress", "--socket", "{sock}", "--connz", "3"], 2, ["No such option", "--connz"]),
     ("batch-n-empty", ["batch", "--socket", "{sock}", "--n", ""], 2, ["--n is empty"]),
     ("batch-n-empty-item", ["batch", "--socket", "{sock}", "--n", "2,,4"], 2, ["empty item"]),  # was: the empty item dropped silently
