@@ -179,6 +179,24 @@ class TargetSpec:
         if not self.name:
             object.__setattr__(self, "name", Path(self.bin).name)
 
+    def _check_program(self) -> None:
+        """An argv that does not start with a placeholder names its own program:
+        one that is not there failed only at spawn, as an internal error (issue 22, item 15)."""
+        first = self.argv[0]
+        if "{" in first or not first.strip():
+            return
+        if "/" in first and not os.path.isabs(first):
+            return  # relative to the kernel's data directory, which does not exist yet
+        if "/" in first:
+            found = os.access(first, os.X_OK) and not os.path.isdir(first)
+        else:  # looked up as the spawn will: on the target's PATH, else ours
+            found = shutil.which(first, path=self.env.get("PATH") or None) is not None
+        if not found:
+            raise UsageError(
+                f"target {self.source}: argv starts with {first!r}, which is not an executable (argv is {list(self.argv)!r}); "
+                "start argv with {bin} or an existing program, e.g. argv = [\"{bin}\", \"--socket\", \"{socket}\"]"
+            )
+
     def check_binary(self) -> Path:
         """The resolved binary, or a UsageError saying what is wrong with it."""
         path = Path(self.bin) if "/" in self.bin else Path(shutil.which(self.bin) or self.bin)
@@ -195,6 +213,7 @@ class TargetSpec:
             raise UsageError(f"target binary {self.bin!r} is a directory, not an executable; {other}")
         if not os.access(path, os.X_OK):
             raise UsageError(f"target binary {self.bin!r} is not executable; chmod +x it or {other}")
+        self._check_program()
         # absolute, not resolved: a venv's python is a symlink whose target
         # would not see the venv's packages
         return path.absolute()
