@@ -38,6 +38,16 @@ class FiniteFloat(click.types.FloatParamType):
 FINITE = FiniteFloat()
 
 
+class GivenPath(click.Path):
+    """A path flag: an empty one is Path('.'), and `--out ''` wrote the run
+    into the current directory (issue 22, item 15)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} is empty: give a path, e.g. runs", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _fail(message: str, code: int) -> None:
     click.echo(f"kstress: {message}", err=True)
     sys.exit(code)
@@ -410,7 +420,7 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
 
 
 _ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms", "ttft_ms", "chunk_delay_ms", "llm_api", "env_pairs", "contract_pairs")
-_CLICK_TYPES = {int: int, float: FINITE, str: str, Path: click.Path(path_type=Path)}
+_CLICK_TYPES = {int: int, float: FINITE, str: str, Path: GivenPath(path_type=Path)}
 
 
 def _settings_params(settings_cls) -> tuple[list[click.Parameter], list[tuple[str, Any]]]:

@@ -78,6 +78,8 @@ def parse_mix(spec: str) -> tuple[tuple[str, int], ...]:
         head, sep, tail = raw.rpartition(":")
         if sep and re.fullmatch(r"[+-]?\d+", tail):  # a number there is always the weight, even a bad one
             marker, weight = head, int(tail)
+        elif sep and head == "text":  # text takes no arguments: what follows it can only be a weight
+            raise UsageError(f"--mix item {raw!r}: weight {tail!r} must be a whole number from 1 to 1000")
         if weight < 1 or weight > 1000:
             raise UsageError(f"--mix item {raw!r}: weight {weight} must be from 1 to 1000")
         if marker != "text":

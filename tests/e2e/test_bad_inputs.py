@@ -35,6 +35,8 @@ CASES = [
     ("mix-no-bang", ["stress", "--socket", "{sock}", "--mix", "batch4"], 2, ["expected a marker like !batch4"]),
     ("mix-weight-0", ["stress", "--socket", "{sock}", "--mix", "!batch4:0"], 2, ["weight 0", "1 to 1000"]),
     ("mix-weight-negative", ["stress", "--socket", "{sock}", "--mix", "!batch4:-1"], 2, ["weight -1", "1 to 1000"]),  # was: "takes no ':' arguments"
+    ("mix-text-weight-nan", ["stress", "--socket", "{sock}", "--mix", "text:nan"], 2, ["weight 'nan' must be a whole number from 1 to 1000"]),  # was: "expected a marker"
+    ("out-empty", ["stress", "--socket", "{sock}", "--out", ""], 2, ["--out", "'' is empty: give a path"]),  # was: the run went into the current directory
     ("mix-empty-item", ["stress", "--socket", "{sock}", "--mix", "!batch4,,text"], 2, ["empty item"]),
     ("mix-count-out-of-range", ["stress", "--socket", "{sock}", "--mix", "!batch99"], 2, ["out of range"]),
     ("rate-0", ["stress", "--socket", "{sock}", "--rate", "0"], 2, ["--rate 0"]),
