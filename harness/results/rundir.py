@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import platform
 import socket
@@ -227,6 +228,11 @@ def _row_problem(row: Any) -> str | None:
     for key, types in _ROW_TYPES.items():
         if key in row and (not isinstance(row[key], types) or (isinstance(row[key], bool) and bool not in types)):
             return f"{key!r} is {row[key]!r}, not {' or '.join('null' if t is type(None) else t.__name__ for t in types)}"
+    for key, value in row.items():
+        # kstress writes no NaN or infinity (JSON has none; Python's json reads them):
+        # one there came from an edit, and every statistic over it would be NaN or crash
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{key!r} is {value!r}, not a finite number"
     if "failures" in row and not all(isinstance(f, str) for f in row["failures"]):
         return "'failures' must be a list of strings"
     return None

@@ -114,6 +114,7 @@ CASES = [
     ("report-unknown-schema", ["report", "{w}/run-schema"], 2, ["schema 'kstress.run/99'"]),
     ("report-garbage-line", ["report", "{w}/run-garbage"], 2, ["turns.jsonl line 2", "not valid JSON"]),  # was: skipped silently
     ("report-wrong-type", ["report", "{w}/run-wrongtype"], 2, ["turns.jsonl line 1", "'passed' is 'yes'"]),  # was: traceback
+    ("report-nan-latency", ["report", "{w}/run-nan"], 2, ["turns.jsonl line 2", "'latency_s' is nan, not a finite number"]),  # was: traceback, exit 4
     ("report-unknown-scenario", ["report", "{w}/run-scenario"], 2, ["scenario 'nope' is unknown"]),
     # --- state files: stop, status, kcli --------------------------------------------------
     ("stop-state-empty-object", ["stop", "--state", "{w}/empty.json"], 2, ["no 'run_dir'"]),  # was: traceback
@@ -161,6 +162,8 @@ def world(tmp_path_factory):
     _write(w / "run-wrongtype" / "run.json", json.dumps(run))
     _write(w / "run-wrongtype" / "turns.jsonl", '{"kind": "load", "passed": "yes"}\n')
     _write(w / "run-scenario" / "run.json", json.dumps({**run, "scenario": "nope"}))
+    _write(w / "run-nan" / "run.json", json.dumps(run))
+    _write(w / "run-nan" / "turns.jsonl", '{"kind": "load", "passed": true, "latency_s": 0.1}\n{"kind": "load", "passed": true, "latency_s": NaN}\n')
     import socket
 
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
