@@ -377,6 +377,13 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
     from ..sandbox.sut import Access
 
     command = None
+    if launch:
+        # a launched kernel is reached through its own sandbox, with a fresh token per run:
+        # these were silently ignored (issue 22, item 15)
+        for flag, value in (("--socket", socket), ("--token", token), ("--state", state), ("--mock", mock_addr)):
+            if value is not None:
+                raise UsageError(f"{flag} {value} goes to a kernel that is already running; --launch starts its own "
+                                 f"(a fresh sandbox, mock and token): drop {flag}, or drop --launch to use that kernel")
     if weights is not None:
         # a scenario that takes several kernels: --target/--bin are tuples
         files, bins = tuple(target_file), tuple(bin_)

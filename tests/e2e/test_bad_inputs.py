@@ -37,6 +37,8 @@ CASES = [
     ("mix-weight-negative", ["stress", "--socket", "{sock}", "--mix", "!batch4:-1"], 2, ["weight -1", "1 to 1000"]),  # was: "takes no ':' arguments"
     ("mix-text-weight-nan", ["stress", "--socket", "{sock}", "--mix", "text:nan"], 2, ["weight 'nan' must be a whole number from 1 to 1000"]),  # was: "expected a marker"
     ("out-empty", ["stress", "--socket", "{sock}", "--out", ""], 2, ["--out", "'' is empty: give a path"]),  # was: the run went into the current directory
+    ("launch-and-socket", ["stress", "--launch", "--socket", "{sock}"], 2, ["--socket", "--launch starts its own", "drop --socket"]),  # was: --socket ignored
+    ("launch-and-token", ["stress", "--launch", "--token", "abc"], 2, ["--token abc", "--launch starts its own", "drop --token"]),  # was: --token ignored
     ("mix-empty-item", ["stress", "--socket", "{sock}", "--mix", "!batch4,,text"], 2, ["empty item"]),
     ("mix-count-out-of-range", ["stress", "--socket", "{sock}", "--mix", "!batch99"], 2, ["out of range"]),
     ("rate-0", ["stress", "--socket", "{sock}", "--rate", "0"], 2, ["--rate 0"]),
