@@ -185,9 +185,9 @@ class TargetSpec:
         first = self.argv[0]
         if "{" in first or not first.strip():
             return
-        if "/" in first and not os.path.isabs(first):
-            return  # relative to the kernel's data directory, which does not exist yet
         if "/" in first:
+            if not os.path.isabs(first):
+                return  # relative to the kernel's data directory, which does not exist yet
             found = os.access(first, os.X_OK) and not os.path.isdir(first)
         else:  # looked up as the spawn will: on the target's PATH, else ours
             found = shutil.which(first, path=self.env.get("PATH") or None) is not None
