@@ -86,6 +86,10 @@ class FindmaxSettings:
             raise UsageError(f"--stage-duration {self.stage_duration_s:g} s is invalid: use 500ms to 1h")
         if self.arrival != "constant" and not self.rate:
             raise UsageError(f"--arrival {self.arrival}: arrivals are the open model's; add --rate")
+        if self.conns is not None and not self.rate:
+            # the closed model's levels are the connections: a pool size there was dropped without a word
+            raise UsageError(f"--conns {self.conns}: without --rate findmax's levels are the connections (--start {self.start:g} to --max {self.max_level:g}); "
+                             "--conns is the open model's pool of connections: add --rate, or drop --conns and set --start/--max")
         if self.conns is not None and not 1 <= self.conns <= 20_000:
             raise UsageError(f"--conns {self.conns} is invalid: use 1 to 20000")
         if len(self.levels()) > MAX_STAGES:

@@ -68,6 +68,7 @@ CASES = [
     ("cmp-min-effect", ["cmp", "refkernel", "refkernel", "--min-effect", "2"], 2, ["--min-effect 2"]),
     ("cmp-bombard-0", ["cmp", "refkernel", "refkernel", "--bombard-conns", "0"], 2, ["--bombard-conns 0"]),
     ("cmp-mechanism", ["cmp", "refkernel", "refkernel", "--mechanism", "chroot"], 2, ["'chroot' is not one of"]),
+    ("findmax-conns-without-rate", ["findmax", "--socket", "{sock}", "--slo", "p95<1s", "--conns", "8"], 2, ["--conns 8: without --rate", "add --rate, or drop --conns"]),  # was: ignored
     ("hold-conns-0", ["hold", "--socket", "{sock}", "--conns", "0"], 2, ["--conns 0"]),
     ("hold-probe-over", ["hold", "--socket", "{sock}", "--conns", "5", "--probe", "9"], 2, ["--probe 9"]),
     # --- where the kernel is -----------------------------------------------------------
