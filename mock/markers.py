@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .catalog import DEFAULT_CATALOG, Catalog
@@ -190,14 +191,17 @@ VERDICT_RE = re.compile(
     r"^KST nonce=(?P<nonce>\S+) plan=(?P<plan>\S+) expected=(?P<expected>\d+) got=(?P<got>\d+) "
     r"ids=(?P<ids>ok|bad) args=(?P<args>ok|bad) order=(?P<order>ok|bad) errors=(?P<errors>\d+) "
     r"tool_ms=(?P<tool_ms>-?\d+|na)"
-    r"(?: steps=(?P<steps>\d+)/(?P<steps_total>\d+))?(?: loop=(?P<loop>\S+))?(?: history=(?P<history>\S+))?$",
+    r"(?: steps=(?P<steps>\d+)/(?P<steps_total>\d+))?(?: loop=(?P<loop>\S+))?(?: history=(?P<history>\S+?))?"
+    r"(?: tag=(?P<tag>[0-9a-f]{16}))?$",
     re.M,
 )
 # a text reply that passed: no session, or a session turn whose history is ok
-TEXT_VERDICT_RE = re.compile(r"^KST nonce=(?P<nonce>\S+) plan=text ok(?: history=ok)?$", re.M)
+TEXT_VERDICT_RE = re.compile(r"^KST nonce=(?P<nonce>\S+) plan=text ok(?: history=ok)?(?: tag=(?P<tag>[0-9a-f]{16}))?$", re.M)
 # every text verdict line: ok, or bad with the history problem that failed it
-TEXT_LINE_RE = re.compile(r"^KST nonce=(?P<nonce>\S+) plan=text (?P<ok>ok|bad)(?: history=(?P<history>\S+))?$", re.M)
-HISTORY_RE = re.compile(r"^KST nonce=\S+ plan=\S+ .*?\bhistory=(?P<history>\S+)$", re.M)
+TEXT_LINE_RE = re.compile(
+    r"^KST nonce=(?P<nonce>\S+) plan=text (?P<ok>ok|bad)(?: history=(?P<history>\S+?))?(?: tag=(?P<tag>[0-9a-f]{16}))?$", re.M
+)
+HISTORY_RE = re.compile(r"^KST nonce=\S+ plan=\S+ .*?\bhistory=(?P<history>\S+?)(?: tag=[0-9a-f]{16})?$", re.M)
 TIMESTAMP_RE = re.compile(r"^KST-(?P<edge>[SE]) (?P<nonce>[A-Za-z0-9_-]+) (?P<i>\d+) (?P<ns>\d+)\s*$", re.M)
 
 
@@ -553,6 +557,41 @@ def compose(marker: str | None, nonce: str, prefix: str = "kstress") -> str:
 
 # --- the verdict line --------------------------------------------------------
 
+# A verdict line ends with a keyed tag when the mock has a verdict key
+# (KSTRESS_VERDICT_KEY, set by the harness for the mock alone): a kernel that
+# never called the LLM cannot write a line that authenticates, because it
+# never sees the key. Keyed BLAKE2s is a MAC by design (no HMAC wrapper
+# needed) and costs about a microsecond a line; 64 bits make a guess hopeless
+# within any run.
+TAG_BYTES = 8
+VERDICT_KEY_ENV = "KSTRESS_VERDICT_KEY"
+
+
+def verdict_key(value: str | None) -> bytes | None:
+    """The key from its environment form (hex, or any text), None when unset or empty."""
+    if not value:
+        return None
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raw = value.encode()
+    return raw[:32] if raw else None  # BLAKE2s takes keys of at most 32 bytes
+
+
+def verdict_tag(body: str, key: bytes) -> str:
+    """The tag of one verdict line's body (the line without its ` tag=`)."""
+    return hashlib.blake2s(body.encode(), key=key, digest_size=TAG_BYTES).hexdigest()
+
+
+def sign(body: str, key: bytes | None) -> str:
+    """The line as the mock writes it: tagged when it has a key."""
+    return body if key is None else f"{body} tag={verdict_tag(body, key)}"
+
+
+def tag_ok(body: str, tag: str | None, key: bytes) -> bool:
+    return tag is not None and hmac.compare_digest(tag, verdict_tag(body, key))
+
+
 
 @dataclass(frozen=True)
 class VerdictLine:
@@ -571,6 +610,9 @@ class VerdictLine:
     loop: str | None = None
     # a session turn's: the history token (history_ok, parse_history_token)
     history: str | None = None
+    # the keyed tag the line carried, when read from text (never part of
+    # format(): two readings of one verdict compare equal whether tagged or not)
+    tag: str | None = field(default=None, compare=False)
 
     def format(self) -> str:
         tool_ms = "na" if self.tool_ms is None else str(self.tool_ms)
@@ -632,6 +674,7 @@ def parse_verdict(text: str) -> VerdictLine | None:
         steps_total=None if g["steps_total"] is None else int(g["steps_total"]),
         loop=g["loop"],
         history=g["history"],
+        tag=g["tag"],
     )
 
 
@@ -648,6 +691,7 @@ class TextVerdict:
     nonce: str
     ok: bool
     history: str | None  # None: not a session turn
+    tag: str | None = field(default=None, compare=False)  # as on VerdictLine
 
     def format(self) -> str:
         return text_verdict(self.nonce, self.history)
@@ -656,7 +700,7 @@ class TextVerdict:
 def parse_text_line(text: str) -> TextVerdict | None:
     """The first text verdict line of a reply, passed or not, or None."""
     m = TEXT_LINE_RE.search(text)
-    return TextVerdict(m.group("nonce"), m.group("ok") == "ok", m.group("history")) if m else None
+    return TextVerdict(m.group("nonce"), m.group("ok") == "ok", m.group("history"), m.group("tag")) if m else None
 
 
 def parse_history(text: str) -> str | None:

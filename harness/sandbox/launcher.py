@@ -35,7 +35,7 @@ from typing import Any
 
 import psutil
 
-from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, MS_MAX
+from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, MS_MAX, VERDICT_KEY_ENV
 
 from ..aio import finish_shielded, grace, hurried
 from ..wire.client import ConnError, KernelClient
@@ -157,6 +157,10 @@ class Launch:
         self.protocol = load_protocol(self.spec.protocol)
         self.token = settings.token or secrets.token_hex(8)
         self.secrets: tuple[str | None, ...] = (self.token,)
+        # the mock tags every verdict line with it (mock/markers.py: sign); the
+        # kernel never sees it, so a line it writes itself cannot verify. A
+        # joined kernel shares the host's mock, and so its key.
+        self.verdict_key: bytes = host.verdict_key if host is not None else secrets.token_bytes(16)
         self.run_dir: Path | None = None
         self.sandbox: Any = None
         self.mock_proc: asyncio.subprocess.Process | None = None
@@ -312,7 +316,7 @@ class Launch:
         self.write_state(status="ready")
 
     def _python_env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = _environ()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
         return env
 
@@ -359,8 +363,10 @@ class Launch:
         if self.spec.tools:
             argv += ["--tools", self.spec.tools]
         argv += list(self.settings.mock_args)
+        env = self._python_env()
+        env[VERDICT_KEY_ENV] = self.verdict_key.hex()  # by environment: argv is world-readable
         self.mock_proc = await self.sandbox.spawn(
-            self._as_user(argv), env=self._python_env(), cwd=str(self.run_dir), stdout=self._log("mock.out"), stderr=self._log("mock.err")
+            self._as_user(argv), env=env, cwd=str(self.run_dir), stdout=self._log("mock.out"), stderr=self._log("mock.err")
         )
         self.llm_url = await self._await_line(self.mock_proc, "mock", "mock listening on ", "the mock LLM") + "/v1"
 
@@ -383,7 +389,7 @@ class Launch:
             (self.data_dir / self.spec.config_file).write_text(render(self.spec.config_template, values))
         self.argv = self.spec.render_argv(values)
         self.bin_sha256 = await asyncio.to_thread(sha256_of, self.bin_path)
-        env = dict(os.environ)
+        env = _environ()
         rendered_env = self.spec.render_env(values)
         env.update(rendered_env)
         # what every report shows in place of these: the token, and what the target file marks secret
@@ -450,6 +456,8 @@ class Launch:
             "net_inode": getattr(self.sandbox, "net_inode", None),
             # a stopped sandbox's directory is kept for its logs: not its live token
             "token": None if status == "stopped" else self.token,
+            # for a later run against this sandbox to authenticate verdict lines
+            "verdict_key": None if status == "stopped" else self.verdict_key.hex(),
             "supervisor_pid": os.getpid(),
             # who that pid is: `stop` signals it only while all three still match
             "supervisor_started": _me.create_time(),
@@ -590,6 +598,15 @@ class Launch:
         if self._owner_fd is not None:
             os.close(self._owner_fd)
             self._owner_fd = None
+
+
+def _environ() -> dict[str, str]:
+    """The environment a sandbox's process starts with: ours, without a
+    verdict key the user exported for a bare-socket run (the mock is given
+    its own; the kernel must never have one)."""
+    env = dict(os.environ)
+    env.pop(VERDICT_KEY_ENV, None)
+    return env
 
 
 def tree_rss_mb(pid: int | None) -> float | None:
