@@ -10,7 +10,7 @@ __all__, __getattr__ = surface(__name__, {
                    "passed_latency", "refusals", "render", "resource_rows", "sample_row", "throughput_row", "verdict_row", "write_output"),
     "htmlreport": ("render_html",),
     "promexport": ("LiveMetrics", "render_prom"),
-    "report": ("checks_section", "fmt_ms", "fmt_num", "fmt_pct", "header", "latency_by_marker_section"),
+    "report": ("checks_section", "fmt_ms", "fmt_num", "fmt_pct", "header", "latency_by_marker_section", "md_code", "md_text"),
     "rundir": ("Check", "FLUSH_EVERY_S", "RunDir", "host_meta", "read_run"),
     "runlist": ("list_runs", "table"),
     "stats": ("ALPHA", "LogHistogram", "MIN_EFFECT", "bootstrap_median", "bootstrap_ratio", "compare", "stability_warnings", "summarize"),

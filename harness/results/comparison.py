@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import UsageError
 from ..judge import failure_counts
-from .report import fmt_ms, fmt_num
+from .report import fmt_ms, fmt_num, md_code, md_text
 from .rundir import LoadedRun, read_jsonl, read_run
 from .stats import ALPHA, MIN_EFFECT, compare
 from .thresholds import span_s, throughput_windows
@@ -441,14 +441,14 @@ def final_line(c: Comparison) -> str:
 
 def render(c: Comparison) -> str:
     out = [f"# kstress compare — {c.scenario}", "",
-           f"- OLD `{c.old}`", f"- NEW `{c.new}`",
+           f"- OLD {md_code(c.old)}", f"- NEW {md_code(c.new)}",
            f"- better/worse needs p < {c.alpha:g} (Mann-Whitney U) and a change of at least {c.min_effect:.0%} "
            f"({c.min_effect * 100:.0f} percentage points for rates), as cmp"]
-    out += [f"- note: {n}" for n in c.notes]
+    out += [f"- note: {md_text(n)}" for n in c.notes]
     out += ["", "| row | OLD | NEW | change | p | verdict | why |", "|---|---:|---:|---:|---:|---|---|"]
     for r in c.rows:
         verdict = f"**{r['verdict']}**" if r["verdict"] == "worse" else r["verdict"]
-        out.append(f"| {r['name']} | {_val(r, 'old')} | {_val(r, 'new')} | {_change(r)} | {fmt_num(r.get('p'), '{:.3g}')} | {verdict} | {r.get('reason', '')} |")
+        out.append(f"| {r['name']} | {_val(r, 'old')} | {_val(r, 'new')} | {_change(r)} | {fmt_num(r.get('p'), '{:.3g}')} | {verdict} | {md_text(r.get('reason', ''))} |")
     if c.shown:
         out += ["", "One value per run, shown side by side (not tested):", "", "| value | OLD | NEW |", "|---|---:|---:|"]
         for v in c.shown:
@@ -458,7 +458,7 @@ def render(c: Comparison) -> str:
     # the warnings qualify a claim: those of the rows judged better or worse
     warnings = [f"{r['name']}: {w}" for r in c.rows if r["verdict"] in ("better", "worse") for w in r.get("warnings") or ()]
     if warnings:
-        out += ["", "Stability warnings (rows judged better or worse):", ""] + [f"- {w}" for w in warnings]
+        out += ["", "Stability warnings (rows judged better or worse):", ""] + [f"- {md_text(w)}" for w in warnings]
     out += ["", final_line(c), ""]
     return "\n".join(out)
 

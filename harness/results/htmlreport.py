@@ -333,10 +333,24 @@ CHARTS: list[tuple[str, str, Chart]] = [
 ]
 
 
-def render_html(doc: dict[str, Any], rows: list[dict[str, Any]], report_md: str, run_dir: Path | None = None) -> str:
-    """The whole page: charts first, then the Markdown report rendered."""
+def _markdown_without_html(text: str) -> str:
+    """report.md as HTML with every tag in it shown as text, never parsed: the
+    report quotes kernels (error codes and messages, replies) and users
+    (target names, argv), and one ``<meta http-equiv="refresh">`` would take
+    the page away (the CSP does not stop a meta refresh). report.md escapes
+    what it quotes (report.md_text); this is the second wall, for a value a
+    renderer forgot. Python-Markdown has no safe mode since 3.0: dropping its
+    raw-HTML block and inline handlers leaves ``<`` to be escaped as text."""
     import markdown
 
+    conv = markdown.Markdown(extensions=["tables", "fenced_code"], output_format="html")
+    conv.preprocessors.deregister("html_block")
+    conv.inlinePatterns.deregister("html")
+    return conv.convert(text)
+
+
+def render_html(doc: dict[str, Any], rows: list[dict[str, Any]], report_md: str, run_dir: Path | None = None) -> str:
+    """The whole page: charts first, then the Markdown report rendered."""
     Figure = _mpl()
     ctx: dict[str, Any] = {"dir": run_dir}
     figures, errors = [], []
@@ -351,7 +365,7 @@ def render_html(doc: dict[str, Any], rows: list[dict[str, Any]], report_md: str,
     # the report's header (title, target, verdict) on top, the charts, then the rest of it
     cut = report_md.find("\n## ")
     head, rest = (report_md[:cut], report_md[cut:]) if cut >= 0 else (report_md, "")
-    md = lambda text: markdown.markdown(text, extensions=["tables", "fenced_code"], output_format="html")  # noqa: E731
+    md = _markdown_without_html
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',

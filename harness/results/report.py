@@ -9,6 +9,30 @@ import datetime as dt
 from typing import Any
 
 
+_MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", "\\": "\\\\", "`": "\\`", "[": "\\[", "]": "\\]",
+                             "|": "\\|", "\r": " ", "\n": " ⏎ "})
+
+
+def md_text(v: Any) -> str:
+    """A value a kernel or a user supplied (an error code or message, a reply,
+    a failure detail, a target's name or argv) as inert Markdown text: no tag
+    (entities, which CommonMark and Python-Markdown both decode, since
+    Python-Markdown does not honour a backslash before ``<``; ``>`` alone
+    opens nothing mid-line), no link or code span, no ``|`` that would split
+    a table cell, and on one line (a newline would end the table row or the
+    list item). ``*`` and ``_`` stay: emphasis is harmless, and failure names
+    such as ``error_frame`` stay greppable in report.md."""
+    return str(v).replace("\r\n", "\n").translate(_MD_ESCAPES)
+
+
+def md_code(v: Any) -> str:
+    """``v`` as a code span when that is safe in a table cell too (a code span
+    shows ``<`` as it is, but a backtick ends it and GitHub splits a cell at a
+    ``|`` even inside one); otherwise as :func:`md_text`."""
+    s = str(v)
+    return f"`{s}`" if s and not any(c in s for c in "`|\r\n") else md_text(s)
+
+
 def fmt_ms(v: Any) -> str:
     return "-" if v is None else f"{v * 1000:.1f} ms"
 
@@ -30,21 +54,21 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
     host = doc.get("meta", {}).get("host", {})
     out.append(f"- host {host.get('hostname')} ({host.get('cpus')} CPUs, Linux {host.get('kernel')}, Python {host.get('python')}), kstress {host.get('harness_version')}")
     for t in doc.get("meta", {}).get("targets", []):
-        label = f"{t.get('label') or t.get('kernel')}: " if t.get("label") or t.get("kernel") else ""
+        label = f"{md_text(t.get('label') or t.get('kernel'))}: " if t.get("label") or t.get("kernel") else ""
         argv = " ".join(t.get("argv") or []) or t.get("socket") or ""
         sha = (t.get("bin_sha256") or "")[:16]
-        out.append(f"- target {label}`{argv}`" + (f" (sha256 {sha}…)" if sha else "") + (f", sandbox {t.get('namespace')} ({t.get('mechanism')})" if t.get("namespace") else ""))
+        out.append(f"- target {label}{md_code(argv)}" + (f" (sha256 {sha}…)" if sha else "") + (f", sandbox {t.get('namespace')} ({t.get('mechanism')})" if t.get("namespace") else ""))
         c = t.get("contract")
         if isinstance(c, dict):
-            out.append(f"  - contract: " + " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in c.items()))
+            out.append("  - contract: " + md_text(" ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in c.items())))
     src = (doc.get("meta") or {}).get("source") or {}
     if src.get("scenario_file"):
-        out.append(f"- scenario file `{src['scenario_file']}` (sha256 {str(src.get('scenario_file_sha256'))[:16]}…): `kstress run` it again to repeat this run")
+        out.append(f"- scenario file {md_code(src['scenario_file'])} (sha256 {str(src.get('scenario_file_sha256'))[:16]}…): `kstress run` it again to repeat this run")
     out.append("- charts and this report as one page: [report.html](report.html)")
     if doc.get("error"):
-        out.append(f"- **error:** {doc['error']}")
+        out.append(f"- **error:** {md_text(doc['error'])}")
     for note in doc.get("notes") or ():
-        out.append(f"- **note:** {note}")
+        out.append(f"- **note:** {md_text(note)}")
     out.append("")
     return out
 
@@ -52,9 +76,9 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
 def checks_section(doc: dict[str, Any]) -> list[str]:
     out = ["## Checks", ""]
     for c in doc.get("checks", []):
-        out.append(f"- {'PASS' if c['passed'] else 'FAIL'} {c['name']}" + (f" — {c['detail']}" if c.get("detail") else ""))
+        out.append(f"- {'PASS' if c['passed'] else 'FAIL'} {md_text(c['name'])}" + (f" — {md_text(c['detail'])}" if c.get("detail") else ""))
     for sk in (doc.get("extras") or {}).get("skipped") or ():
-        out.append(f"- SKIPPED {sk.get('check')} — {sk.get('why')}")
+        out.append(f"- SKIPPED {md_text(sk.get('check'))} — {md_text(sk.get('why'))}")
     out.append("")
     out += failure_examples_section(doc)
     thresholds = (doc.get("summary") or {}).get("thresholds") or ()
@@ -63,7 +87,7 @@ def checks_section(doc: dict[str, Any]) -> list[str]:
 
         out += ["## Thresholds", "", "| threshold | measured | result | |", "|---|---:|---|---|"]
         for t in thresholds:
-            out.append(f"| `{t['expr']}` | {fmt_value(t['expr'], t.get('value'))} | {'PASS' if t['passed'] else '**FAIL**'} | {t.get('detail') or ''} |")
+            out.append(f"| `{t['expr']}` | {fmt_value(t['expr'], t.get('value'))} | {'PASS' if t['passed'] else '**FAIL**'} | {md_text(t.get('detail') or '')} |")
         failed = sum(not t["passed"] for t in thresholds)
         out += ["", f"{failed} of {len(thresholds)} thresholds failed: exit code 99." if failed else f"All {len(thresholds)} thresholds held.", ""]
     return out
@@ -81,12 +105,12 @@ def failure_examples_section(doc: dict[str, Any]) -> list[str]:
     kept, not_kept = fx.get("kept") or {}, fx.get("not_kept") or {}
     for name, ex in examples.items():
         counts = f"{kept.get(name, 0)} kept in failures.jsonl" + (f", {not_kept[name]} more not kept" if not_kept.get(name) else "")
-        out.append(f"- **{name}** (`{ex.get('nonce')}`, {counts}): {ex.get('failure')}")
-        out.append(f"  - expected: {ex.get('want')}")
-        out.append(f"  - came: {ex.get('came')}")
+        out.append(f"- **{md_text(name)}** ({md_code(ex.get('nonce'))}, {counts}): {md_text(ex.get('failure'))}")
+        out.append(f"  - expected: {md_text(ex.get('want'))}")
+        out.append(f"  - came: {md_text(ex.get('came'))}")
     dropped = sorted(set(not_kept) - set(examples))
     if dropped:
-        out.append(f"- not kept at all (over the limit of failure names): {', '.join(f'{n} ({not_kept[n]})' for n in dropped)}")
+        out.append(f"- not kept at all (over the limit of failure names): {md_text(', '.join(f'{n} ({not_kept[n]})' for n in dropped))}")
     out.append("")
     return out
 
@@ -99,7 +123,7 @@ def latency_by_marker_section(s: dict[str, Any], title: str = "Latency by marker
     if rows:
         out += [f"## {title}", "", "| marker | n | p50 | p90 | p95 | p99 | max | mean |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for m, st in rows.items():
-            name = "**all**" if m == "all" else f"`{m}`"
+            name = "**all**" if m == "all" else md_code(m)
             out.append(f"| {name} | {st.get('n')} | " + " | ".join(fmt_ms(st.get(k)) for k in ("p50", "p90", "p95", "p99", "max", "mean")) + " |")
         out.append("")
     tp = s.get("throughput")

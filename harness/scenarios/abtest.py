@@ -26,7 +26,7 @@ from mock.markers import MS_MAX, build_plan
 from ..judge.contract import Contract
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..results.report import checks_section, fmt_ms, fmt_num, header
+from ..results.report import checks_section, fmt_ms, fmt_num, header, md_text
 from ..results.comparison import SHAPE, CompareSpec, RunPair, sample_row
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario, settings_json
@@ -253,7 +253,7 @@ def render_abtest(doc: dict[str, Any], s: dict[str, Any]) -> str:
     for r in s.get("rows", []):
         ci = r.get("speedup_ci")
         sp = "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci and ci[0] is not None else "")
-        valid = "yes" if r["valid"] else "NO: " + "; ".join(r["reasons"])
+        valid = "yes" if r["valid"] else "NO: " + md_text("; ".join(r["reasons"]))
         out.append(
             f"| {r['n']} | {fmt_ms(r['concurrent_median_s'])} | {fmt_ms(r['serial_median_s'])} | {sp} | {r['ideal']:.2f}x | "
             f"{fmt_num(r['overlap_concurrent'], '{:g}')} | {fmt_num(r['overlap_serial'], '{:g}')} | {valid} |"
@@ -262,9 +262,9 @@ def render_abtest(doc: dict[str, Any], s: dict[str, Any]) -> str:
     warn = [f"N={r['n']}: {w}" for r in s.get("rows", []) for w in r.get("warnings", [])]
     inval = [f"N={r['n']}: {k} x{v}" for r in s.get("rows", []) for k, v in r.get("invalid_rounds", {}).items()]
     if inval:
-        out += ["Invalid rounds (reported, never samples):", ""] + [f"- {x}" for x in inval] + [""]
+        out += ["Invalid rounds (reported, never samples):", ""] + [f"- {md_text(x)}" for x in inval] + [""]
     if warn:
-        out += ["Stability warnings:", ""] + [f"- {w}" for w in warn] + [""]
+        out += ["Stability warnings:", ""] + [f"- {md_text(w)}" for w in warn] + [""]
     out += checks_section(doc)
     return "\n".join(out)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..results.report import checks_section, fmt_ms, fmt_pct, header
+from ..results.report import checks_section, fmt_ms, fmt_pct, header, md_text
 from ..results.comparison import SHAPE, CompareSpec, RunPair, by_marker, passed_latency, sample_row
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario
@@ -148,7 +148,7 @@ def render_batch(doc: dict[str, Any], s: dict[str, Any]) -> str:
     ]
     for r in s.get("rows", []):
         ov = "-" if r["overlap_min"] is None else (f"{r['overlap_min']}" if r["overlap_min"] == r["overlap_max"] else f"{r['overlap_min']}..{r['overlap_max']}")
-        fails = ", ".join(f"{k} x{v}" for k, v in r["failures"].items()) or "-"
+        fails = md_text(", ".join(f"{k} x{v}" for k, v in r["failures"].items()) or "-")
         out.append(f"| `{r['marker']}` | {r['turns']} | {r['passed']} | {ov} | {fmt_ms(r['tool_median_s'])} | {fmt_ms(r['latency_median_s'])} | {fails} |")
     out.append("")
     out.append("Overlap is the peak number of timed tools running at once, from the KST-S/KST-E timestamps the tools echoed; `!mixedN` must show 1.")

@@ -27,7 +27,7 @@ from ..wire.client import ConnError
 from ..errors import UsageError
 from ..sandbox.launcher import LaunchSettings
 from .options import arg, check_timeouts, connect_opt, contract_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..results.report import checks_section, fmt_ms, fmt_num, header
+from ..results.report import checks_section, fmt_ms, fmt_num, header, md_code, md_text
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..results.comparison import CompareSpec, verdict_row
@@ -262,7 +262,7 @@ def render_cmp(doc: dict[str, Any], s: dict[str, Any]) -> str:
     st = doc.get("settings", {})
     out = header(doc, "cmp")
     out += [
-        f"OLD `{st.get('old')}` vs NEW `{st.get('new')}`, interleaved rounds (ABBA); better/worse needs p < {st.get('alpha')} "
+        f"OLD {md_code(st.get('old'))} vs NEW {md_code(st.get('new'))}, interleaved rounds (ABBA); better/worse needs p < {st.get('alpha')} "
         f"(Mann-Whitney U) and a change of at least {st.get('min_effect', 0):.0%}.",
         "",
         "| dimension | metric | OLD | NEW | change | p | verdict |",
@@ -271,7 +271,7 @@ def render_cmp(doc: dict[str, Any], s: dict[str, Any]) -> str:
 
     def val(d: dict[str, Any], v: str) -> str:
         if d.get(v) is None:
-            return d.get(f"{v}_note", "unmeasurable")
+            return md_text(d.get(f"{v}_note", "unmeasurable"))
         x = d[v]
         return f"{x:.1%}" if d["name"] in ("bombardment", "stability") else (f"{x:.2f}x" if d["name"] == "concurrency" else fmt_ms(x))
 
@@ -288,7 +288,7 @@ def render_cmp(doc: dict[str, Any], s: dict[str, Any]) -> str:
         if d["name"] == "batch":
             out.append(f"- batch: tools processed OLD {d.get('old_processed')}, NEW {d.get('new_processed')}; error frames OLD {d.get('old_errors')}, NEW {d.get('new_errors')}")
         for w in d.get("warnings", []):
-            out.append(f"- {d['name']}: {w}")
+            out.append(f"- {d['name']}: {md_text(w)}")
     out.append("")
     out += checks_section(doc)
     return "\n".join(out)

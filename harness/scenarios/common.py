@@ -8,7 +8,7 @@ from typing import Any
 from mock.markers import N_MAX, N_MIN
 
 from ..errors import UsageError
-from ..results.report import fmt_ms, fmt_num, fmt_pct
+from ..results.report import fmt_ms, fmt_num, fmt_pct, md_text
 from ..results.rundir import Check
 from .runner import Progress, Run, RunResult
 from ..results.stats import summarize
@@ -118,14 +118,14 @@ def kernel_sections(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
         return [], []
     verdicts = ["| kernel | weight | attempted | passed | pass rate | throughput | failures | orphans |", "|---|---:|---:|---:|---:|---:|---|---:|"]
     for k in ks:
-        fails = ", ".join(f"{n} {c}" for n, c in k["failures"].items()) or "-"
+        fails = md_text(", ".join(f"{n} {c}" for n, c in k["failures"].items()) or "-")
         orph = "-" if k.get("orphans") is None else str(len(k["orphans"]))
-        verdicts.append(f"| {k['name']} | {fmt_num(k.get('weight'), '{:g}')} | {k['attempted']} | {k['passed']} | {fmt_pct(k.get('pass_rate'))} | "
+        verdicts.append(f"| {md_text(k['name'])} | {fmt_num(k.get('weight'), '{:g}')} | {k['attempted']} | {k['passed']} | {fmt_pct(k.get('pass_rate'))} | "
                         f"{fmt_num(k.get('throughput_per_s'), '{:.1f}/s')} | {fails} | {orph} |")
     verdicts.append("")
     latency = ["| kernel | n | p50 | p90 | p95 | p99 | max | mean |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for k in ks:
         p = k.get("latency_s") or {}
-        latency.append(f"| {k['name']} | {p.get('n')} | " + " | ".join(fmt_ms(p.get(m)) for m in ("p50", "p90", "p95", "p99", "max", "mean")) + " |")
+        latency.append(f"| {md_text(k['name'])} | {p.get('n')} | " + " | ".join(fmt_ms(p.get(m)) for m in ("p50", "p90", "p95", "p99", "max", "mean")) + " |")
     latency.append("")
     return verdicts, latency

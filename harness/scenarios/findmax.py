@@ -31,7 +31,7 @@ from typing import Any
 from ..wire.client import ConnError, KernelClient
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header
+from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, md_text
 from ..results.comparison import CompareSpec
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario
@@ -369,7 +369,7 @@ def render_findmax(doc: dict[str, Any], s: dict[str, Any]) -> str:
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for h in stages:
         lat = h.get("latency_s") or {}
-        errs = ", ".join(f"{k} {v}" for k, v in (h.get("errors") or {}).items()) or "-"
+        errs = md_text(", ".join(f"{k} {v}" for k, v in (h.get("errors") or {}).items()) or "-")
         held = "yes" if h["held"] else "**no**: " + ", ".join(f"`{b}`" for b in h["broken"])
         out.append(f"| {h['stage']} | {h['level']:g} | {h['attempted']} | {fmt_pct(h.get('pass_rate'))} | {fmt_ms(lat.get('p50'))} | {fmt_ms(lat.get('p95'))} | "
                    f"{fmt_ms(lat.get('p99'))} | {fmt_num(h.get('throughput_per_s'), '{:.1f}/s')} | {h.get('queue_peak') if h.get('queue_peak') is not None else '-'} | {errs} | {held} |")

@@ -35,7 +35,7 @@ from mock.markers import build_plan, session_nonce
 from ..wire.client import ConnError, KernelClient
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
+from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section, md_code, md_text
 from ..results.comparison import SHAPE, CompareSpec
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario, settings_json
@@ -351,11 +351,11 @@ def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
         out += [f"Warm-up: the first {fmt_num(st.get('warmup_s'), '{:g} s')}, {w['passed']}/{w['attempted']} turns passed; kept out of every statistic below.", ""]
     out += stage_section(s.get("stages"), "sessions")
     if s.get("history_example"):
-        out += [f"First history problem: `{s['history_example']}`", ""]
+        out += [f"First history problem: {md_code(s['history_example'])}", ""]
     if s.get("failures"):
         ex = s.get("failure_examples") or {}
         out += ["| failure | count | first seen as |", "|---|---:|---|"]
-        out += [f"| {k} | {v} | `{ex.get(k, k)}` |" for k, v in s["failures"].items()] + [""]
+        out += [f"| {md_text(k)} | {v} | {md_code(ex.get(k, k))} |" for k, v in s["failures"].items()] + [""]
     if kernel_latency:
         out += ["## Latency by kernel (passed turns)", ""] + kernel_latency
     out += latency_by_marker_section(s)

@@ -27,7 +27,7 @@ from mock.markers import build_plan
 from ..wire.client import ConnError, KernelClient, new_nonce
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section
+from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section, md_code, md_text
 from ..results.comparison import SHAPE, CompareSpec, RunPair, latency_rows, load_span, resource_rows, throughput_row
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario
@@ -683,7 +683,7 @@ def stage_section(stages: list[dict[str, Any]] | None, unit: str, title: str = "
     out = [f"## {title}", "", f"| stage | to ({unit}) | attempted | pass rate | p50 | p95 | p99 | throughput | errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in stages:
         lat = r.get("latency_s") or {}
-        errs = ", ".join(f"{k} {v}" for k, v in (r.get("errors") or {}).items()) or "-"
+        errs = md_text(", ".join(f"{k} {v}" for k, v in (r.get("errors") or {}).items()) or "-")
         out.append(f"| {r['stage']} `{r['spec']}` | {r['target']:g} | {r['attempted']} | {fmt_pct(r.get('pass_rate'))} | {fmt_ms(lat.get('p50'))} | {fmt_ms(lat.get('p95'))} | {fmt_ms(lat.get('p99'))} | {fmt_num(r.get('throughput_per_s'), '{:.1f}/s')} | {errs} |")
     return out + [""]
 
@@ -695,7 +695,7 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
     w = s.get("warmup")
     if w:
         out += [f"Warm-up: the first {fmt_num(st.get('warmup_s'), '{:g} s')}, {w['passed']}/{w['attempted']} turns passed"
-                + (f" (failures: {w['failures']})" if w.get("failures") else "") + "; kept out of every statistic below.", ""]
+                + (f" (failures: {md_text(w['failures'])})" if w.get("failures") else "") + "; kept out of every statistic below.", ""]
     out += stage_section(s.get("stages"), "connections" if not st.get("rate") else "inputs/s")
     out += [
         "## Verdicts",
@@ -710,7 +710,7 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
     if s.get("failures"):
         ex = s.get("failure_examples") or {}
         out += ["| failure | count | first seen as |", "|---|---:|---|"]
-        out += [f"| {k} | {v} | `{ex.get(k, k)}` |" for k, v in s["failures"].items()] + [""]
+        out += [f"| {md_text(k)} | {v} | {md_code(ex.get(k, k))} |" for k, v in s["failures"].items()] + [""]
     out += ["## Latency (passed turns only)", "", "| measure | n | p50 | p90 | p95 | p99 | max | mean |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, key in (("done (from send)", "latency_s"), ("first frame", "first_frame_s"), ("done (from schedule)", "scheduled_latency_s")):
         p = s.get(key)
@@ -733,13 +733,13 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
     for name, ks in ([(kk["name"], kk) for kk in s.get("kernels") or ()] or [(None, s)]):
         k = ks.get("kernel") or {}
         if k:
-            out += [f"## Kernel counters{f' ({name})' if name else ''}", "", "| " + " | ".join(k) + " |", "|" + "---:|" * len(k), "| " + " | ".join(str(v) for v in k.values()) + " |", ""]
+            out += [f"## Kernel counters{f' ({md_text(name)})' if name else ''}", "", "| " + " | ".join(k) + " |", "|" + "---:|" * len(k), "| " + " | ".join(md_text(v) for v in k.values()) + " |", ""]
     for name, ks in ([(kk["name"], kk) for kk in s.get("kernels") or ()] or [(None, s)]):
         r = ks.get("resources") or {}
         if not r:
             continue
         out += [
-            f"## Resources ({f'{name}, its' if name else 'target'} process tree)",
+            f"## Resources ({f'{md_text(name)}, its' if name else 'target'} process tree)",
             "",
             f"peak RSS {fmt_num(r.get('peak_rss_mb'), '{:.1f} MB')}, peak CPU {fmt_num(r.get('peak_cpu_pct'), '{:.0f}%')} "
             f"(mean {fmt_num(r.get('mean_cpu_pct'), '{:.0f}%')}), peak threads {r.get('peak_threads')}, peak fds {r.get('peak_fds')}, "
