@@ -14,6 +14,6 @@ __all__, __getattr__ = surface(__name__, {
     "rundir": ("Check", "FLUSH_EVERY_S", "RunDir", "host_meta", "read_run"),
     "runlist": ("list_runs", "table"),
     "stats": ("ALPHA", "LogHistogram", "MIN_EFFECT", "bootstrap_median", "bootstrap_ratio", "compare", "stability_warnings", "summarize"),
-    "thresholds": ("LATENCY_PS", "check_thresholds", "evaluate", "latency_by_marker", "latency_stats", "parse_thresholds", "span_s",
+    "thresholds": ("LATENCY_PS", "check_mix_markers", "check_thresholds", "evaluate", "latency_by_marker", "latency_stats", "parse_thresholds", "span_s",
                    "throughput_windows"),
 })

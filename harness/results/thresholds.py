@@ -154,6 +154,20 @@ def check_thresholds(settings: Any) -> None:
     parse_thresholds(getattr(settings, "thresholds", ()) or ())
 
 
+def check_mix_markers(exprs: Iterable[str], markers: Sequence[str], flag: str = "--threshold") -> None:
+    """A selector's marker that no turn of the run carries selects nothing: a
+    count over it (`errors`) passed and a latency failed, neither saying why
+    (issue 22, item 15). ``markers``: what the run sends, as its rows name them."""
+    sent = list(dict.fromkeys(markers))
+    for t in parse_thresholds(exprs, flag):
+        for m in t.markers:
+            if m not in sent:
+                raise UsageError(
+                    f"{flag} {t.expr!r}: marker {m} is not in the mix ({','.join(sent)}), so the threshold would judge no turn; "
+                    f"add {m} to --mix, or select a marker of the mix"
+                )
+
+
 def span_s(rows: Sequence[dict[str, Any]]) -> float:
     """From the first send to the last end among ``rows``: the time the load
     they are part of took."""

@@ -38,7 +38,7 @@ from .runner import Run, RunResult, Scenario, run_scenario
 from ..load.shapes import DURATION_HELP, duration_parser
 from ..load.kernels import check_split
 from ..sandbox.sut import Access, kernel_targets
-from ..results.thresholds import evaluate, parse_thresholds
+from ..results.thresholds import check_mix_markers, evaluate, parse_thresholds
 from .common import failure_counts, kernel_sections, kernel_summaries, level_stats
 from .stress import ARRIVALS, DEFAULT_MIX, MIX_HELP, StressSettings, Load, parse_mix
 
@@ -94,7 +94,7 @@ class FindmaxSettings:
             raise UsageError(f"--conns {self.conns} is invalid: use 1 to 20000")
         if len(self.levels()) > MAX_STAGES:
             raise UsageError(f"--start {self.start:g} --factor {self.factor:g} --max {self.max_level:g} makes {len(self.levels())} stages, over {MAX_STAGES}: raise --factor")
-        parse_mix(self.mix)
+        check_mix_markers(self.slos, [m for m, _ in parse_mix(self.mix)], "--slo")
 
     def levels(self) -> list[float]:
         """Every level the search may try, in order."""

@@ -40,7 +40,7 @@ from ..results.comparison import SHAPE, CompareSpec
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..results.stats import summarize
-from ..results.thresholds import LATENCY_PS, latency_by_marker, throughput_windows
+from ..results.thresholds import LATENCY_PS, check_mix_markers, latency_by_marker, throughput_windows
 from ..load.kernels import check_split, schedule, split
 from ..load.shapes import DURATION_HELP, Ramp, duration_parser, follow_level, parse_stages
 from ..sandbox.launcher import tree_rss_mb
@@ -80,7 +80,8 @@ class SessionsSettings:
             raise UsageError(f"--sessions x --turns = {self.sessions * self.turns} is over the 1000000 bound of one run")
         if self.conns is not None and not 1 <= self.conns <= 10_000:
             raise UsageError(f"--conns {self.conns} is invalid: use 1 to 10000")
-        for marker, _ in parse_mix(self.mix):
+        mix = parse_mix(self.mix)
+        for marker, _ in mix:
             if marker != "text":
                 try:
                     kind = build_plan(f"{marker} #p").kind
@@ -88,6 +89,7 @@ class SessionsSettings:
                     raise UsageError(f"--mix {marker!r}: {exc}") from None
                 if kind in ("err", "hang"):
                     raise UsageError(f"--mix {marker!r}: a turn that fails on purpose ends its session; sessions take turns that succeed")
+        check_mix_markers(self.thresholds, [m for m, _ in mix])
 
         check_shape(self)
 

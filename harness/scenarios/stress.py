@@ -33,7 +33,7 @@ from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario
 from ..load.sampler import Sampler
 from ..results.stats import summarize
-from ..results.thresholds import LATENCY_PS, latency_by_marker, span_s, throughput_windows
+from ..results.thresholds import LATENCY_PS, check_mix_markers, latency_by_marker, span_s, throughput_windows
 from ..load.kernels import check_split, schedule
 from ..load.shapes import DURATION_HELP, MAX_RUN_S, Ramp, arrival_offsets, duration_parser, follow_level, parse_stages
 from ..sandbox.sut import Access, Target, kernel_targets
@@ -139,11 +139,12 @@ class StressSettings:
         if self.rate is not None and not 0 < self.rate <= 100_000:
             raise UsageError(f"--rate {self.rate} is invalid: use 0 < R <= 100000 inputs per second")
         check_timeouts(self)
-        parse_mix(self.mix)
+        mix = parse_mix(self.mix)
         try:
             build_plan(f"{self.interrupt_marker} #probe")
         except MarkerError as exc:
             raise UsageError(f"--interrupt-marker {self.interrupt_marker!r}: {exc}") from None
+        check_mix_markers(self.thresholds, [m for m, _ in mix] + ([self.interrupt_marker] if self.interrupts else []))
 
     @property
     def timed(self) -> bool:

@@ -69,6 +69,9 @@ CASES = [
     ("cmp-bombard-0", ["cmp", "refkernel", "refkernel", "--bombard-conns", "0"], 2, ["--bombard-conns 0"]),
     ("cmp-mechanism", ["cmp", "refkernel", "refkernel", "--mechanism", "chroot"], 2, ["'chroot' is not one of"]),
     ("findmax-conns-without-rate", ["findmax", "--socket", "{sock}", "--slo", "p95<1s", "--conns", "8"], 2, ["--conns 8: without --rate", "add --rate, or drop --conns"]),  # was: ignored
+    ("threshold-marker-not-in-mix", ["stress", "--socket", "{sock}", "--mix", "!batch4", "--threshold", "[!batch8]errors<1"], 2, ["--threshold '[!batch8]errors<1': marker !batch8 is not in the mix (!batch4)", "add !batch8 to --mix"]),  # was: PASS over 0 turns
+    ("sessions-threshold-marker-not-in-mix", ["sessions", "--socket", "{sock}", "--mix", "!batch4,text", "--threshold", "[!img]p95<1s"], 2, ["marker !img is not in the mix (!batch4,text)"]),  # was: FAIL late, exit 99
+    ("findmax-slo-marker-not-in-mix", ["findmax", "--socket", "{sock}", "--mix", "text", "--slo", "[!batch4]p95<1s"], 2, ["--slo '[!batch4]p95<1s': marker !batch4 is not in the mix (text)"]),  # was: every stage broke it
     ("hold-conns-0", ["hold", "--socket", "{sock}", "--conns", "0"], 2, ["--conns 0"]),
     ("hold-probe-over", ["hold", "--socket", "{sock}", "--conns", "5", "--probe", "9"], 2, ["--probe 9"]),
     # --- where the kernel is -----------------------------------------------------------
