@@ -208,7 +208,7 @@ class TargetSpec:
         else:
             other = f"set bin in {self.source} to an existing executable"
         if not path.exists():
-            raise UsageError(f"target binary {self.bin!r} does not exist; {other}")
+            raise UsageError(f"target binary {self.bin!r} does not exist ({self._looked_for()}); {other}")
         if path.is_dir():
             raise UsageError(f"target binary {self.bin!r} is a directory, not an executable; {other}")
         if not os.access(path, os.X_OK):
@@ -217,6 +217,15 @@ class TargetSpec:
         # absolute, not resolved: a venv's python is a symlink whose target
         # would not see the venv's packages
         return path.absolute()
+
+    def _looked_for(self) -> str:
+        """Where check_binary looked, so a wrong guess at the rule shows."""
+        from_file = not (self.source == "flags" or self.source.startswith("command "))
+        if "/" in self.bin:
+            return "a path in bin is taken relative to the target file" if from_file else f"looked for at {Path(self.bin).absolute()}"
+        if not from_file:
+            return "neither on PATH nor in the current directory"
+        return f"neither beside the target file, as {Path(self.source).parent.absolute() / self.bin}, nor on PATH"
 
     def templates(self) -> list[str]:
         """Every template of this target: argv (as it listens), env, config."""
@@ -336,14 +345,17 @@ def _read_target_file(p: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _bin_path(value: Any, p: Path) -> str | None:
-    """A path with a slash is relative to the file, not to where kstress runs; `refkernel` is ours."""
+    """A path with a slash is relative to the file, not to where kstress runs,
+    and so is a bare name when the file has it beside it (the docs promised
+    that, while it was looked up on PATH alone); any other bare name is looked
+    up on PATH. `refkernel` is ours."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise UsageError(f"target file {p}: bin must be a string")
     if value == "refkernel":
         return default_refkernel_bin()
-    if "/" in value and not os.path.isabs(value):
+    if ("/" in value and not os.path.isabs(value)) or (value and (p.parent / value).exists()):
         return str((p.parent / value).resolve())
     return value
 

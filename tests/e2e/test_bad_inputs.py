@@ -104,6 +104,7 @@ CASES = [
     ("target-unknown-placeholder", ["stress", "--launch", "--target", "{w}/placeholder.toml"], 2, ["unknown placeholder {sockett}"]),
     ("target-lone-brace", ["stress", "--launch", "--target", "{w}/brace.toml"], 2, ["a lone brace"]),  # was: passed through
     ("target-argv-no-program", ["stress", "--launch", "--target", "{w}/argvstring.toml"], 2, ["argv starts with 'a', which is not an executable", "start argv with {bin}"]),  # was: exit 4 at spawn
+    ("target-bin-name-missing", ["stress", "--launch", "--target", "{w}/nobin.toml"], 2, ["'nokernel' does not exist (neither beside the target file, as", "/nokernel, nor on PATH)", "set bin in"]),  # was: "does not exist", looked up on PATH alone
     ("target-signal", ["stress", "--launch", "--target", "{w}/signal.toml"], 2, ["not a signal name"]),
     ("target-unknown-key", ["stress", "--launch", "--target", "{w}/unknownkey.toml"], 2, ["unknown keys"]),
     ("target-no-table", ["stress", "--launch", "--target", "{w}/notable.toml"], 2, ["needs a [target] table"]),
@@ -150,6 +151,7 @@ def world(tmp_path_factory):
     _write(w / "placeholder.toml", '[target]\nbin = "/bin/true"\nargv = ["{bin}", "{sockett}"]\n')
     _write(w / "brace.toml", '[target]\nbin = "/bin/true"\nargv = ["{bin}", "--json={"]\n')
     _write(w / "argvstring.toml", '[target]\nbin = "/bin/true"\nargv = "a string"\n')
+    _write(w / "nobin.toml", '[target]\nbin = "nokernel"\n')
     _write(w / "signal.toml", '[target]\nbin = "/bin/true"\nstop_signal = "SIGNOPE"\n')
     _write(w / "unknownkey.toml", '[target]\nbin = "/bin/true"\nfoo = 1\n')
     _write(w / "notable.toml", 'bin = "/bin/true"\n')

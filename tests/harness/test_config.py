@@ -49,6 +49,23 @@ def test_target_toml(tmp_path):
     assert spec.env["RUST_LOG"] == "info" and spec.stop_signal.name == "SIGINT"
 
 
+def test_a_bare_bin_is_the_file_beside_the_target_file_else_a_command_on_path(tmp_path):
+    # docs/targets.md: bin is relative to the target file; a bare name beside it was looked up on PATH
+    # alone and reported as "does not exist" (issue 22 item 15)
+    exe = tmp_path / "mykernel"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    f = tmp_path / "t.toml"
+    f.write_text('[target]\nbin = "mykernel"\n')
+    spec = load_target(f)
+    assert spec.check_binary() == exe and spec.name == "mykernel"
+    f.write_text('[target]\nbin = "true"\n')  # nothing of that name here: a command on PATH
+    assert load_target(f).check_binary().name == "true"
+    f.write_text('[target]\nbin = "nokernel"\n')
+    with pytest.raises(UsageError, match=f"neither beside the target file, as {tmp_path / 'nokernel'}, nor on PATH"):
+        load_target(f).check_binary()
+
+
 @pytest.mark.parametrize(
     "body, words",
     [
