@@ -60,14 +60,15 @@ def first_error(exc: BaseException) -> BaseException:
 _HURRY: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar("kstress_hurry", default=None)
 
 
-def start_hurry_scope() -> None:
-    _HURRY.set(asyncio.Event())
-
-
-def hurry() -> None:
-    ev = _HURRY.get()
-    if ev is not None:
-        ev.set()
+def start_hurry_scope() -> asyncio.Event:
+    """Open the scope in the command's task; the returned event is what a
+    signal sets. A signal's callback does not run in that task's context (a
+    handler installed with signal.signal runs in whatever context the loop is
+    in, usually none), so it must hold the event itself: looking it up there
+    found no scope, and the second interrupt hurried nothing (issue 22 item 12)."""
+    ev = asyncio.Event()
+    _HURRY.set(ev)
+    return ev
 
 
 def hurried() -> bool:

@@ -47,6 +47,7 @@ class Edge:
         self.signals = 0
         self._task = None  # the running command's asyncio task
         self._loop = None
+        self._hurry = None  # the run's hurry event (harness/aio.py), set by the second signal
         self._installed = False
 
     def install(self) -> None:
@@ -64,14 +65,12 @@ class Edge:
         # done: nothing changes any more
 
     def _in_loop(self) -> None:
-        from ..aio import hurry
-
         if self.phase != "run":
             return
         if self.signals <= 1 and self._task is not None:
             self._task.cancel()
-        else:
-            hurry()
+        elif self._hurry is not None:
+            self._hurry.set()
 
     def run(self, make: Callable[[], Awaitable[Any]]) -> Any:  # noqa: F821
         """Run one async command under this edge."""
@@ -80,7 +79,7 @@ class Edge:
         async def main() -> Any:  # noqa: F821
             from ..aio import start_hurry_scope
 
-            start_hurry_scope()
+            self._hurry = start_hurry_scope()
             self._loop = asyncio.get_running_loop()
             self._task = asyncio.current_task()
             if not self._installed:  # used as a library: the asyncio way, for this run only

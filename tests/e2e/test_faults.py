@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from e2ehelpers import boot_clock, namespace_gone
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -118,6 +119,70 @@ def test_double_sigint_still_writes_the_run_and_exits_130(tmp_path):
     assert (r.run_dir() / "logs").is_dir()
     nothing_left(r)
     readable(r, "interrupted")
+
+
+DEAF = """\
+import argparse, asyncio, json, pathlib, signal
+ap = argparse.ArgumentParser()
+ap.add_argument("--socket")
+a, _ = ap.parse_known_args()
+# a SIGTERM is noted, and ignored
+signal.signal(signal.SIGTERM, lambda *_: pathlib.Path("{mark}").touch())
+
+async def serve(r, w):
+    try:
+        json.loads(await r.readuntil(b"\\n"))
+        w.write(b'{{"type":"response","kind":"auth","ok":true,"protocol":1}}\\n')
+        await asyncio.Event().wait()  # authenticated, and never answers an input
+    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+        pass
+
+async def main():
+    async with await asyncio.start_unix_server(serve, a.socket):
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def test_a_second_sigint_kills_a_kernel_that_ignores_sigterm_without_its_grace(tmp_path):
+    """Before: the second SIGINT hurried nothing (the signal's callback looked
+    for the run's hurry scope in a context that had none): against a kernel
+    that ignores SIGTERM, kstress waited out the whole stop grace (here 20 s)
+    before the SIGKILL, however often it was interrupted (issue 22 item 12)."""
+    mark = tmp_path / "got-sigterm"
+    deaf = tmp_path / "deaf.py"
+    deaf.write_text(f"#!{sys.executable}\n" + DEAF.format(mark=mark))
+    deaf.chmod(0o755)
+    target = tmp_path / "deaf.toml"
+    target.write_text(f'[target]\nbin = "{deaf}"\nstop_grace_s = 20\n')
+    r = Run(tmp_path, "stress", "--launch", "--target", str(target), "--conns", "1", "--inputs", "3", "--mix", "text:1", "--timeout", "60", "--no-dedup-probe")
+
+    def deaf_kernel() -> psutil.Process | None:
+        for c in psutil.Process(r.p.pid).children(recursive=True):
+            try:
+                if "deaf.py" in " ".join(c.cmdline()):
+                    return c
+            except psutil.Error:
+                pass
+        return None
+
+    kernel = wait_until(deaf_kernel, 30, "the kernel")
+    net = os.stat(f"/proc/{kernel.pid}/ns/net").st_ino
+    wait_until(lambda: _handles_sigterm(kernel.pid), 30, "the kernel's SIGTERM handler")
+    r.p.send_signal(signal.SIGINT)
+    wait_until(mark.exists, 30, "the kernel to be sent SIGTERM (the first SIGINT's stop)")
+    t0, born_before = time.monotonic(), boot_clock()
+    r.p.send_signal(signal.SIGINT)
+    code, _, err, _ = r.finish(60)
+    took = time.monotonic() - t0
+    assert code == 130, err
+    assert took < 8, f"{took:.1f} s from the second SIGINT to the exit: the 20 s grace was waited out"
+    doc = json.loads((r.run_dir() / "run.json").read_text())
+    assert doc["status"] == "interrupted" and (r.run_dir() / "report.md").exists() and (r.run_dir() / "logs" / "target.err").exists()
+    assert not kernel.is_running() or kernel.status() == psutil.STATUS_ZOMBIE
+    assert namespace_gone(None, net, born_before=born_before)
+    nothing_left(r)
 
 
 def test_sighup_is_a_clean_interrupt(tmp_path):
