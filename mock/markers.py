@@ -750,21 +750,34 @@ def parse_loop_token(token: str) -> tuple[int | None, str] | None:
     return int(m.group(1)), m.group(2)
 
 
-# history=ok | foreign:<nonce> | extra:t<k> | missing:t<k> | order | exchange:t<k> | altered:t<k>
-HISTORY_PROBLEMS = ("foreign", "extra", "missing", "order", "exchange", "altered")
-_HISTORY_TOKEN_RE = re.compile(r"ok|order|foreign:([A-Za-z0-9_-]+)|(extra|missing|exchange|altered):t([1-9][0-9]*)")
+# history=ok | foreign:<nonce> | extra:t<k> | unresolved:<what> | missing:t<k>[.exchange|.answer]
+#         | order | exchange:t<k> | altered:t<k>
+HISTORY_PROBLEMS = ("foreign", "extra", "unresolved", "missing", "order", "exchange", "altered")
+# the parts of an earlier turn a history can lack besides its input
+HISTORY_PARTS = ("exchange", "answer")
+UNRESOLVED = ("item_reference", "previous_response_id")
+_HISTORY_TOKEN_RE = re.compile(
+    r"ok|order|foreign:([A-Za-z0-9_-]+)|unresolved:(item_reference|previous_response_id)"
+    r"|(extra|missing|exchange|altered):t([1-9][0-9]*)|missing:t([1-9][0-9]*)\.(exchange|answer)"
+)
 
 
-def parse_history_token(token: str) -> tuple[str, str | int | None] | None:
+def parse_history_token(token: str) -> tuple[str, str | int | tuple[int, str] | None] | None:
     """(problem, detail) of a history token: ("ok", None), ("order", None),
-    ("foreign", "<nonce>"), ("missing", 2) ...; None when it is not one."""
+    ("foreign", "<nonce>"), ("unresolved", "item_reference"), ("missing", 2)
+    for a missing input, ("missing", (2, "answer")) for a missing part of a
+    turn that is there ...; None when it is not one."""
     m = _HISTORY_TOKEN_RE.fullmatch(token) if isinstance(token, str) else None
     if not m:
         return None
     if m.group(1) is not None:
         return "foreign", m.group(1)
     if m.group(2) is not None:
-        return m.group(2), int(m.group(3))
+        return "unresolved", m.group(2)
+    if m.group(3) is not None:
+        return m.group(3), int(m.group(4))
+    if m.group(5) is not None:
+        return "missing", (int(m.group(5)), m.group(6))
     return token, None
 
 

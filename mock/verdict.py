@@ -33,7 +33,8 @@ from typing import Any, Mapping, Sequence
 import re
 
 from .catalog import Catalog
-from .markers import Call, Plan, TIMESTAMP_RE, VerdictLine, nonce_for, parse_call_id, parse_session_nonce
+from .errors import MarkerError
+from .markers import Call, Plan, TIMESTAMP_RE, VerdictLine, build_plan, nonce_for, parse_call_id, parse_session_nonce
 
 ECHO_LIMIT = 8192
 
@@ -191,7 +192,7 @@ def chat_earlier(messages: Sequence[Any], user_at: int) -> list["Said"]:
             ids = tuple(c.get("id") for c in calls if isinstance(c, dict)) if isinstance(calls, list) else ()
             out.append(Said(False, message_text(m.get("content")), ids))
         elif role == "tool":
-            out.append(Said(False, "", (m.get("tool_call_id"),)))
+            out.append(Said(False, "", (m.get("tool_call_id"),), results=True))
     return out
 
 
@@ -462,14 +463,46 @@ def _step_problem(
 class Said:
     """One message before the latest user input, as the session check reads it:
     a user input (``user``) with its text, or an assistant message / tool
-    results with the text and the call ids they carry."""
+    results (``results``) with the text and the call ids they carry, or an
+    item the mock cannot see into (``unresolved``: what it is, e.g.
+    ``item_reference``)."""
 
     user: bool
     text: str = ""
     ids: tuple[Any, ...] = ()
+    results: bool = False
+    unresolved: str | None = None
 
 
 _KST_NONCE_RE = re.compile(r"^KST nonce=([A-Za-z0-9_-]+) ", re.M)
+
+
+@functools.lru_cache(maxsize=4096)
+def _planned_ids(text: str) -> frozenset[str]:
+    """The calls turn ``text`` was asked to make, each as its id without the
+    dialect's prefix (``<nonce>_<i>``): what its tool exchange must hold.
+    Cached: every request of a session reads every earlier turn again."""
+    try:
+        plan = build_plan(text)
+    except MarkerError:
+        return frozenset()
+    return frozenset(c.id.partition("_")[2] for c in plan.calls)
+
+
+def _bare_id(wire: Any) -> str | None:
+    return wire.partition("_")[2] if parse_call_id(wire) is not None else None
+
+
+@dataclass
+class _Earlier:
+    """What a session request carries of one earlier turn."""
+
+    turn: int
+    nonce: str
+    text: str
+    calls: set[str]
+    results: set[str]
+    answered: bool = False
 
 
 def check_session(
@@ -480,18 +513,23 @@ def check_session(
     """The history token of a session turn (markers.HISTORY_PROBLEMS): the
     earlier user inputs must be exactly turns 1..t-1 of that run and session,
     in order, each with its original text (``original(nonce)``: the text the
-    mock first saw for that nonce, or None when it does not know it); what
-    follows each of them (answers, tool exchanges) must carry its own nonce.
-    The first problem by kind, in this order: foreign, extra, missing, order,
-    exchange, altered; within a kind the first by position (missing: the lowest turn)."""
+    mock first saw for that nonce, or None when it does not know it), each
+    followed by its whole tool exchange (every planned call and its result)
+    when it had one and by its answer (the text carrying that turn's ``KST
+    nonce=`` line); nothing after a turn may carry another turn's nonce. The
+    first problem in this order: foreign, extra, unresolved, a missing input
+    (``missing:t<k>``), order, exchange, a missing exchange or answer
+    (``missing:t<k>.exchange`` / ``.answer``), altered; within a kind the
+    first by position (missing: the lowest turn)."""
     run, session, turn = parts
     foreign: str | None = None
     extra: int | None = None
     exchange: int | None = None
+    unresolved: str | None = None
     seen: set[int] = set()
     order: list[int] = []
-    texts: list[tuple[int, str, str]] = []
-    current: tuple[str, int] | None = None  # the latest earlier input of this session: (nonce, turn)
+    earlier: list[_Earlier] = []
+    current: _Earlier | None = None  # the latest earlier input of this session
     for s in said:
         if s.user:
             nonce = nonce_for(s.text)
@@ -506,28 +544,37 @@ def check_session(
                 extra = k
             seen.add(k)
             order.append(k)
-            texts.append((k, s.text, nonce))
-            current = (nonce, k)
+            current = _Earlier(k, nonce, s.text, set(), set())
+            earlier.append(current)
+            continue
+        if s.unresolved is not None:
+            unresolved = unresolved or s.unresolved
             continue
         # an answer or tool exchange: the nonces it carries must be its turn's
         carried = [m.group(1) for m in _KST_NONCE_RE.finditer(s.text)] if "KST nonce=" in s.text else []
+        if current is not None and current.nonce in carried:
+            current.answered = True
         for i in s.ids:
             ref = parse_call_id(i)
             if ref is not None:
                 carried.append(ref[0])
+                if current is not None and ref[0] == current.nonce:
+                    (current.results if s.results else current.calls).add(_bare_id(i))
         for nonce in carried:
-            if current is not None and nonce == current[0]:
+            if current is not None and nonce == current.nonce:
                 continue
             p = parse_session_nonce(nonce)
             if p is None or p[0] != run or p[1] != session:
                 if foreign is None:
                     foreign = nonce
             elif exchange is None and current is not None:
-                exchange = current[1]
+                exchange = current.turn
     if foreign is not None:
         return f"foreign:{foreign}"
     if extra is not None:
         return f"extra:t{extra}"
+    if unresolved is not None:
+        return f"unresolved:{unresolved}"
     for k in range(1, turn):
         if k not in seen:
             return f"missing:t{k}"
@@ -535,11 +582,17 @@ def check_session(
         return "order"
     if exchange is not None:
         return f"exchange:t{exchange}"
+    for e in earlier:
+        planned = _planned_ids(e.text)
+        if planned and not (planned <= e.calls and planned <= e.results):
+            return f"missing:t{e.turn}.exchange"
+        if not e.answered:
+            return f"missing:t{e.turn}.answer"
     if original is not None:
-        for k, text, nonce in texts:
-            first = original(nonce)
-            if first is not None and first != text:
-                return f"altered:t{k}"
+        for e in earlier:
+            first = original(e.nonce)
+            if first is not None and first != e.text:
+                return f"altered:t{e.turn}"
     return "ok"
 
 

@@ -177,7 +177,7 @@ class AnthropicDialect(Dialect):
             content = m.get("content")
             if m.get("role") == "user":
                 if _answers_tools(messages, k):
-                    out.append(Said(False, "", tuple(b.get("tool_use_id") for b in _blocks(content, "tool_result"))))
+                    out.append(Said(False, "", tuple(b.get("tool_use_id") for b in _blocks(content, "tool_result")), results=True))
                 else:
                     out.append(Said(True, message_text(content)))
             elif m.get("role") == "assistant":

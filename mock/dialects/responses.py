@@ -162,7 +162,9 @@ class ResponsesDialect(Dialect):
 
     def earlier(self, turn: Turn) -> list[Said]:
         items = turn.body["input"]
-        out = []
+        # The mock keeps no responses: what an earlier response or an item
+        # reference stands for is unknown to it, so the history cannot be judged.
+        out = [Said(False, unresolved="previous_response_id")] if turn.body.get("previous_response_id") else []
         for item in items[: max(turn.user_at, 0)]:
             if not isinstance(item, dict):
                 continue
@@ -170,9 +172,11 @@ class ResponsesDialect(Dialect):
             if _is_user(item):
                 out.append(Said(True, message_text(item.get("content"))))
             elif kind in ("function_call", "function_call_output"):
-                out.append(Said(False, "", (item.get("call_id"),)))
+                out.append(Said(False, "", (item.get("call_id"),), results=kind == "function_call_output"))
             elif item.get("role") == "assistant":
                 out.append(Said(False, message_text(item.get("content")), ()))
+            elif kind == "item_reference" or (kind is None and "role" not in item and "id" in item):
+                out.append(Said(False, unresolved="item_reference"))
         return out
 
     def prompt_chars(self, turn: Turn) -> int:

@@ -140,8 +140,13 @@ def test_tokens_parse() -> None:
     assert parse_history_token("foreign:r_sB_t1") == ("foreign", "r_sB_t1")
     for p in ("extra", "missing", "exchange", "altered"):
         assert parse_history_token(f"{p}:t12") == (p, 12)
-    assert set(HISTORY_PROBLEMS) == {"foreign", "extra", "missing", "order", "exchange", "altered"}
-    assert parse_history_token("missing:1") is None
+    assert parse_history_token("missing:t2.answer") == ("missing", (2, "answer"))
+    assert parse_history_token("missing:t3.exchange") == ("missing", (3, "exchange"))
+    assert parse_history_token("unresolved:item_reference") == ("unresolved", "item_reference")
+    assert parse_history_token("unresolved:previous_response_id") == ("unresolved", "previous_response_id")
+    assert set(HISTORY_PROBLEMS) == {"foreign", "extra", "unresolved", "missing", "order", "exchange", "altered"}
+    for bad in ("missing:1", "missing:t2.reply", "extra:t2.answer", "unresolved:anything", "missing:t0.answer"):
+        assert parse_history_token(bad) is None, bad
 
 
 def test_session_nonce_compose_and_parse() -> None:
@@ -230,28 +235,34 @@ def test_check_loop_results_bad_and_past() -> None:
 # --- check_session ---------------------------------------------------------------------
 
 
-def _user(run: str, k: int, session: str = "A") -> Said:
-    return Said(True, compose(None, session_nonce(run, session, k)))
+def _user(run: str, k: int, session: str = "A", marker: str | None = None) -> Said:
+    return Said(True, compose(marker, session_nonce(run, session, k)))
+
+
+def _answer(k: int, run: str = "r") -> Said:
+    return Said(False, f"text\nKST nonce={run}_sA_t{k} plan=text ok history=ok")
 
 
 def test_check_session_ok_and_each_problem() -> None:
     parts = ("r", "A", 4)
-    u1, u2, u3 = (_user("r", k) for k in (1, 2, 3))
-    answer = lambda k: Said(False, f"text\nKST nonce=r_sA_t{k} plan=text ok history=ok")  # noqa: E731
+    u1, u3 = _user("r", 1), _user("r", 3)
+    u2 = _user("r", 2, marker="!batch1")  # a tool turn: its exchange is part of its history
+    a1, a2, a3 = (_answer(k) for k in (1, 2, 3))
     tools = lambda k: Said(False, "", (f"call_r_sA_t{k}_0",))  # noqa: E731
-    good = [u1, answer(1), u2, tools(2), tools(2), answer(2), u3]
+    results = lambda k: Said(False, "", (f"call_r_sA_t{k}_0",), results=True)  # noqa: E731
+    good = [u1, a1, u2, tools(2), results(2), a2, u3, a3]
     assert check_session(parts, good) == "ok"
     assert check_session(("r", "A", 1), []) == "ok"
-    assert check_session(parts, [u1, _user("r", 1, "B"), u2, u3]) == "foreign:r_sB_t1"
+    assert check_session(parts, [u1, a1, _user("r", 1, "B"), u2, u3]) == "foreign:r_sB_t1"
     assert check_session(parts, [u1, _user("q", 1), u2, u3]) == "foreign:q_sA_t1"
-    assert check_session(parts, [Said(True, "no nonce here"), u1, u2, u3]).startswith("foreign:h")
+    assert check_session(parts, [Said(True, "no nonce here"), *good]).startswith("foreign:h")
     assert check_session(parts, [u1, Said(False, "", ("toolu_r_sB_t2_0",)), u2, u3]) == "foreign:r_sB_t2"
-    assert check_session(parts, [u1, u2, u3, u1]) == "extra:t1"
-    assert check_session(parts, [u1, u2, u3, _user("r", 4)]) == "extra:t4"
+    assert check_session(parts, [*good, u1]) == "extra:t1"
+    assert check_session(parts, [*good, _user("r", 4)]) == "extra:t4"
     assert check_session(parts, [u2, u3]) == "missing:t1"
-    assert check_session(parts, [u1, u3]) == "missing:t2"
-    assert check_session(parts, [u2, u1, u3]) == "order"
-    assert check_session(parts, [u1, tools(2), u2, u3]) == "exchange:t1"
+    assert check_session(parts, [u1, a1, u3, a3]) == "missing:t2"
+    assert check_session(parts, [u2, tools(2), results(2), a2, u1, a1, u3, a3]) == "order"
+    assert check_session(parts, [u1, tools(2), a1, u2, tools(2), results(2), a2, u3, a3]) == "exchange:t1"
     assert check_session(parts, [u1, Said(False, "KST nonce=r_sA_t3 plan=text ok history=ok"), u2, u3]) == "exchange:t1"
     # priority: foreign before missing before order
     assert check_session(parts, [u2, _user("r", 1, "B")]) == "foreign:r_sB_t1"
@@ -259,5 +270,37 @@ def test_check_session_ok_and_each_problem() -> None:
     # altered: compared with the text the mock saw first, when it knows it
     first = {u.text.rsplit("#", 1)[1]: u.text for u in (u1, u2, u3)}
     changed = Said(True, u1.text.replace("kstress", "[10:02] kstress"))
-    assert check_session(parts, [changed, u2, u3], first.get) == "altered:t1"
-    assert check_session(parts, [changed, u2, u3], lambda n: None) == "ok"
+    assert check_session(parts, [changed, *good[1:]], first.get) == "altered:t1"
+    assert check_session(parts, [changed, *good[1:]], lambda n: None) == "ok"
+
+
+def test_check_session_names_a_missing_answer_or_exchange() -> None:
+    """Every earlier turn's answer, and its tool exchange where it had one, is
+    part of its history: a kernel that keeps the inputs and drops the rest is named."""
+    parts = ("r", "A", 4)
+    u1, u3 = _user("r", 1), _user("r", 3)
+    u2 = _user("r", 2, marker="!batch2")
+    a1, a2, a3 = (_answer(k) for k in (1, 2, 3))
+    calls = Said(False, "", ("call_r_sA_t2_0", "call_r_sA_t2_1"))
+    results = Said(False, "", ("call_r_sA_t2_0", "call_r_sA_t2_1"), results=True)
+    assert check_session(parts, [u1, a1, u2, calls, results, a2, u3, a3]) == "ok"
+    # the inputs and the tool exchanges, no answers: the LangGraph kernel of issue 22
+    assert check_session(parts, [u1, u2, calls, results, u3]) == "missing:t1.answer"
+    assert check_session(parts, [u1, a1, u2, calls, results, u3, a3]) == "missing:t2.answer"
+    assert check_session(parts, [u1, a1, u2, calls, results, a2, u3]) == "missing:t3.answer"
+    # an answer that is there but reworded, its verdict line gone, is no answer of that turn
+    assert check_session(parts, [u1, Said(False, "the model said hello"), u2, calls, results, a2, u3, a3]) == "missing:t1.answer"
+    # the exchange: all of it, calls and results, before the answer is looked at
+    assert check_session(parts, [u1, a1, u2, a2, u3, a3]) == "missing:t2.exchange"
+    assert check_session(parts, [u1, a1, u2, calls, a2, u3, a3]) == "missing:t2.exchange"
+    half = Said(False, "", ("call_r_sA_t2_0",), results=True)
+    assert check_session(parts, [u1, a1, u2, calls, half, a2, u3, a3]) == "missing:t2.exchange"
+    assert check_session(parts, [u1, u2, u3]) == "missing:t1.answer"  # input-only: the lowest turn's first part
+    # a missing input is named before a missing part, a misplaced nonce too
+    assert check_session(parts, [u1, u3, a3]) == "missing:t2"
+    assert check_session(parts, [u1, Said(False, "KST nonce=r_sA_t3 plan=text ok"), u2, u3]) == "exchange:t1"
+    # what the mock cannot see into: named, before what it makes look missing
+    ref = Said(False, unresolved="item_reference")
+    assert check_session(parts, [u1, ref, u2, calls, results, ref, u3, ref]) == "unresolved:item_reference"
+    assert check_session(parts, [Said(False, unresolved="previous_response_id"), u3]) == "unresolved:previous_response_id"
+    assert check_session(parts, [u1, _user("r", 1, "B"), ref]) == "foreign:r_sB_t1"

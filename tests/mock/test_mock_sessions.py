@@ -56,6 +56,10 @@ BUGS = {
     "foreign": (_foreign, "foreign:{run}_sB_t1"),
     "missing": (lambda run: lambda ts: ts[1:], "missing:t1"),
     "reordered": (lambda run: lambda ts: [ts[1], ts[0], ts[2]], "order"),
+    # the inputs and tool exchanges kept, the model's answers dropped (issue 22: a LangGraph kernel)
+    "noanswers": (lambda run: lambda ts: [TurnRecord(t.text, t.steps, "") for t in ts], "missing:t1.answer"),
+    "loopanswer": (lambda run: lambda ts: [*ts[:2], TurnRecord(ts[2].text, ts[2].steps, "")], "missing:t3.answer"),
+    "batchexchange": (lambda run: lambda ts: [ts[0], TurnRecord(ts[1].text, [], ts[1].answer), ts[2]], "missing:t2.exchange"),
 }
 
 
@@ -71,6 +75,34 @@ def test_a_wrong_history_is_named_and_still_answered(kernels, mock_server, diale
     assert line is not None and not line.ok and line.history == token
     assert parse_text_verdict(turns[-1].answer) is None, "a history problem fails the text turn"
     assert mock_server.verdicts(session_nonce(run, "A", 4))[session_nonce(run, "A", 4)]["history"] == token
+
+
+def test_responses_item_references_are_named_unresolved(kernels, mock_server, client) -> None:
+    """A Responses kernel that sends earlier answers as item references (or
+    leans on previous_response_id): the stateless mock cannot see what they
+    stand for, so the history is not ok, and says why."""
+    k = kernels("responses")
+    run = "iref"
+    turns = _session(k, run)[:3]
+    assert [parse_history(t.answer) for t in turns] == ["ok"] * 3
+    items = []
+    for t in turns:
+        for m in k.turn_messages(t):
+            is_answer = m.get("role") == "assistant" and m.get("type") == "message"
+            items.append({"type": "item_reference", "id": f"msg_{run}{len(items)}"} if is_answer else m)
+    text = compose(None, session_nonce(run, "A", 4))
+    reply = client.responses.create(model="kst-test", input=[*items, k.user(text)])
+    assert parse_history(reply.output_text) == "unresolved:item_reference"
+    line = parse_text_line(reply.output_text)
+    assert line is not None and not line.ok
+    # the same references without a type, as the API also takes them
+    bare = [{"id": i["id"]} if i.get("type") == "item_reference" else i for i in items]
+    reply = client.responses.create(model="kst-test", input=[*bare, k.user(text)])
+    assert parse_history(reply.output_text) == "unresolved:item_reference"
+    # a kernel that keeps its history on the API side: only the new input, and the previous response's id
+    text = compose(None, session_nonce(run, "B", 2))
+    reply = client.responses.create(model="kst-test", previous_response_id="resp_0123", input=[k.user(text)])
+    assert parse_history(reply.output_text) == "unresolved:previous_response_id"
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
