@@ -78,6 +78,18 @@ def _running(pid: int) -> bool:
         return False
 
 
+def mock_gone_before(s: SandboxState) -> str:
+    """A detached sandbox's mock that died before this run: the check between
+    turns called that "died during the run", with no stderr."""
+    code = s.raw.get("mock_returncode")
+    how = exit_status(code) if isinstance(code, int) else f"pid {s.mock_pid} is not running"
+    return (
+        f"the mock LLM of the sandbox died before this run started ({how}; {s.path} says status {s.status}), so no turn was sent; "
+        f"its stderr:\n{tail(s.run_dir / 'logs' / 'mock.err') or '(empty)'}\n"
+        f"stop the sandbox (kstress stop --state {s.path}) and launch a new one"
+    )
+
+
 @dataclass(frozen=True)
 class Access:
     """How a scenario reaches its kernel: ``launch`` (own sandbox), else
@@ -177,6 +189,8 @@ class Target:
             self.meta = {"name": "socket", "socket": self.socket, "transport": self.address.scheme, "launched": False}
         else:
             s = require_running(a.state).state
+            if s.status == "mock_died" or (s.mock_pid is not None and not _running(s.mock_pid)):
+                raise MockDied(mock_gone_before(s))
             self._sandbox = s
             self.address = s.kernel_address()
             self.socket, self.token = str(self.address), a.token or s.token

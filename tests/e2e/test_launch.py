@@ -69,6 +69,20 @@ def test_no_running_sandbox(cli):
     assert not any(cli.out.glob("stress-*"))
 
 
+def test_a_mock_dead_before_the_run_is_named_so_with_its_stderr(cli):
+    """Before: "the mock LLM of the sandbox died during the run", no stderr, and a FAIL run dir."""
+    assert cli.launch_sh().returncode == 0
+    st = cli.state()
+    os.kill(st["pids"]["mock"], signal.SIGKILL)
+    assert wait_for(lambda: cli.state()["status"] == "mock_died", 10, "the supervisor to see the mock die")
+    r = cli.run("--conns", "1", "--inputs", "1", "--out", str(cli.out), "--quiet", script="stress.py")
+    assert r.returncode == 5, r.stdout + r.stderr
+    assert "the mock LLM of the sandbox died before this run started (killed by SIGKILL" in r.stderr, r.stderr
+    assert "its stderr:" in r.stderr and "kstress stop --state" in r.stderr and "during the run" not in r.stderr
+    assert not any(cli.out.glob("stress-*"))  # nothing ran: no run dir
+    assert cli.launch_sh("stop").returncode == 0
+
+
 def test_supervisor_killed_leaves_nothing(cli):
     assert cli.launch_sh().returncode == 0
     st = cli.state()
