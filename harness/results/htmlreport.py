@@ -114,7 +114,8 @@ def latency_over_time(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any
 
 
 def latency_cdf(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
-    passed = [r for r in _timed(rows) if r.get("passed") and r.get("kind") != "probe"]
+    # the rows the latency tables count (summary.latency_by_marker): warm-up turns are out of every statistic
+    passed = [r for r in _timed(rows) if r.get("passed") and r.get("kind") != "probe" and not r.get("warmup")]
     if len(passed) < 2:
         return None
     fig = Figure(figsize=(9, 3.2))
@@ -245,24 +246,38 @@ def abtest_speedup(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]],
 def cmp_distributions(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
     if doc.get("scenario") != "cmp":
         return None
-    groups: dict[str, dict[str, list[float]]] = {}
+    # every turn of a version, passed or failed: a NEW whose turns all failed
+    # must not vanish from its panel (its box is missing, its failures are not)
+    groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
-        if r.get("kind") == "cmp" and r.get("passed") and _num(r.get("latency_s")):
-            groups.setdefault(r.get("dim") or "?", {}).setdefault(r.get("version") or "?", []).append(r["latency_s"] * 1000)
+        if r.get("kind") == "cmp":
+            groups.setdefault(r.get("dim") or "?", {}).setdefault(r.get("version") or "?", []).append(r)
     if not groups:
         return None
     fig = Figure(figsize=(9, 3.4))
     axes = fig.subplots(1, len(groups), squeeze=False)[0]
     for ax, (dim, by) in zip(axes, sorted(groups.items())):
         names = [v for v in ("old", "new") if v in by] + [v for v in by if v not in ("old", "new")]
-        ax.boxplot([by[v] for v in names], showfliers=True, flierprops={"markersize": 2})
-        ax.set_xticks(range(1, len(names) + 1), names)
+        labels = []
+        for i, v in enumerate(names, start=1):
+            ok = [r["latency_s"] * 1000 for r in by[v] if r.get("passed") and _num(r.get("latency_s"))]
+            bad = [r for r in by[v] if not r.get("passed")]
+            if ok:
+                ax.boxplot([ok], positions=[i], widths=0.5, showfliers=True, flierprops={"markersize": 2})
+            timed_bad = [r["latency_s"] * 1000 for r in bad if _num(r.get("latency_s"))]
+            if timed_bad:
+                ax.scatter([i] * len(timed_bad), timed_bad, s=18, marker="x", color="crimson", zorder=3)
+            labels.append(v + (f"\n{len(bad)} of {len(by[v])} failed" if bad else ""))
+        ax.set_xticks(range(1, len(names) + 1), labels)
+        ax.set_xlim(0.4, len(names) + 0.6)
         ax.set_title(dim, fontsize=9)
-        ax.set_ylabel("turn latency, ms")
+        ax.set_ylabel("turn latency, ms (failed: red x)")
     return fig
 
 
 def findmax_stages(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    from matplotlib.ticker import NullLocator
+
     s = doc.get("summary") or {}
     stages = s.get("stages") or []
     if doc.get("scenario") != "findmax" or not stages:
@@ -276,13 +291,18 @@ def findmax_stages(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]],
             ax.axvline(h["level"], color="crimson", ls="--", lw=1)
     if _num(s.get("max_level")):
         ax.axvline(s["max_level"], color="tab:green", ls=":", lw=1.2)
+    # levels grow by a factor: log-spaced, but labelled with the levels themselves (not 2², 2³)
     ax.set_xscale("log", base=2)
+    ax.set_xticks(lv, [f"{x:g}" for x in lv])
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel(f"level ({s.get('unit') or 'connections'}); dotted: max sustainable, dashed red: broke an --slo")
     ax.set_ylabel("passed per s", color="tab:green")
+    ax.set_ylim(bottom=0)  # a rate axis from 0: one cut at 50 makes a 10% gain look like a doubling
     ax2 = ax.twinx()
     ax2.grid(False)
     ax2.plot(lv, [((h.get("latency_s") or {}).get("p95") or float("nan")) * 1000 for h in stages], "s-", color="tab:orange", label="p95")
     ax2.set_ylabel("p95, ms", color="tab:orange")
+    ax2.set_ylim(bottom=0)
     return fig
 
 
