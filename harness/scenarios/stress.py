@@ -30,7 +30,7 @@ from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, qui
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section, md_code, md_text
 from ..results.comparison import SHAPE, CompareSpec, RunPair, latency_rows, load_span, resource_rows, throughput_row
 from ..results.rundir import Check
-from .runner import Run, RunResult, Scenario, run_scenario
+from .runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..load.sampler import Sampler
 from ..results.stats import summarize
 from ..results.thresholds import LATENCY_PS, check_mix_markers, latency_by_marker, span_s, throughput_windows
@@ -777,6 +777,14 @@ def load_compare_rows(pair: RunPair, s: dict[str, Any], *, resources: bool) -> l
     return rows
 
 
+def stress_json(settings: StressSettings, targets: Any = ()) -> dict[str, Any]:
+    """run.json's settings: ``inputs`` is what each connection was to send --
+    the default 10 was stored as null, which reads as "no cap" (a timed run's)."""
+    d = settings_json(settings, targets)
+    d["inputs"] = settings.per_conn
+    return d
+
+
 SCENARIO = Scenario(
     name="stress",
     help="Many connections, a marker mix, every turn verified.",
@@ -785,6 +793,7 @@ SCENARIO = Scenario(
     summarize=summarize_run,
     checks=stress_checks,
     render=render_stress,
+    to_json=stress_json,
     kernels=True,
     compare=CompareSpec(
         kinds=("load", "interrupt"),

@@ -143,6 +143,17 @@ def test_report_rerenders_from_raw_files(tmp_path):
     assert (run_dir / "report.md").read_text() != original
 
 
+def test_run_json_records_the_inputs_each_connection_sent(tmp_path):
+    # `scripts/stress.py --conns 32` stored "inputs": null, which reads as a timed run's "no cap" (issue 22 item 15)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "stress.py"), "--launch", "--conns", "2", "--mix", "text", "--no-dedup-probe", "--quiet", "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((Path(r.stdout.strip().splitlines()[-1].removeprefix("run: ")) / "run.json").read_text())
+    assert doc["settings"]["inputs"] == 10 and doc["summary"]["attempted"] == 2 * 10
+
+
 async def test_stress_launch_catches_leaked_children(tmp_path):
     spec = spec_from_flags(None, extra=("--fault", "leak-children"))
     access = Access(launch=LaunchSettings(target=spec))
