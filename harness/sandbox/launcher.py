@@ -43,7 +43,7 @@ from ..judge.contract import Contract
 from ..errors import ConnectorGone, TargetError, UsageError
 from ..wire.protocol import load_protocol
 from .state import STATE_NAME, invoking_ids, pointer_path, state_home  # noqa: F401 - re-exported
-from .target import TargetSpec, redact, render
+from .target import TOKEN_ENV, TargetSpec, render, scrub
 from ..wire.transport import Address, Dialer
 
 SOCKET_NAME = "kernel.sock"
@@ -53,6 +53,11 @@ MOCK_SOCKET_NAME = "mock.sock"
 CONNECTOR_SOCKET_NAME = "connector.sock"
 LOOPBACK = "127.0.0.1"
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
+# state.json's fields that hold a live secret: there while the sandbox runs (a
+# later run reconnects, or checks verdicts, with them), null once it stopped --
+# its directory is kept for its logs -- and never in any other field. A new
+# secret in state.json goes here.
+SECRET_FIELDS = ("token", "verdict_key")
 
 
 def give_to_invoking_user(*paths: Path) -> None:
@@ -389,7 +394,8 @@ class Launch:
             (self.data_dir / self.spec.config_file).write_text(render(self.spec.config_template, values))
         self.argv = self.spec.render_argv(values)
         self.bin_sha256 = await asyncio.to_thread(sha256_of, self.bin_path)
-        env = _environ()
+        # the token by the environment, never argv: ps shows argv to every local user (issue 22 item 13)
+        env = {**_environ(), TOKEN_ENV: self.token}
         rendered_env = self.spec.render_env(values)
         env.update(rendered_env)
         # what every report shows in place of these: the token, and what the target file marks secret
@@ -454,10 +460,10 @@ class Launch:
             "namespace": getattr(self.sandbox, "name", None),
             "mechanism": getattr(self.sandbox, "mechanism", None),
             "net_inode": getattr(self.sandbox, "net_inode", None),
-            # a stopped sandbox's directory is kept for its logs: not its live token
-            "token": None if status == "stopped" else self.token,
+            # SECRET_FIELDS: null once stopped (below)
+            "token": self.token,
             # for a later run against this sandbox to authenticate verdict lines
-            "verdict_key": None if status == "stopped" else self.verdict_key.hex(),
+            "verdict_key": self.verdict_key.hex(),
             "supervisor_pid": os.getpid(),
             # who that pid is: `stop` signals it only while all three still match
             "supervisor_started": _me.create_time(),
@@ -467,8 +473,7 @@ class Launch:
                 "target": self.target_proc.pid if self.target_proc else None,
                 **({"connector": self.connector_proc.pid} if self.connector_proc else {}),
             },
-            # the target file's secrets never reach a file: the token is kept apart (above) for reconnecting
-            "argv": redact(self.argv, self.secrets[1:]),
+            "argv": self.argv,
             "target_name": self.spec.name,
             "bin": str(self.bin_path) if self.bin_path else None,
             "bin_sha256": self.bin_sha256,
@@ -486,6 +491,10 @@ class Launch:
             "updated": time.time(),
             **extra,
         }
+        live = {k: state.pop(k) for k in SECRET_FIELDS}
+        # no secret in any other field (argv, an error in extra), nor the target file's anywhere
+        state = scrub(state, [*live.values(), *self.secrets])
+        state.update({k: None if status == "stopped" else v for k, v in live.items()})
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         give_to_invoking_user(tmp)

@@ -31,10 +31,11 @@ from ..errors import UsageError
 PLACEHOLDERS = frozenset({"bin", "socket", "llm_url", "llm_root", "llm_api", "data_dir", "token", "run_dir", "config", "port", "listen_url"})
 LISTENS = ("unix", "tcp", "ws")
 _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
-DEFAULT_ARGV = ("{bin}", "--socket", "{socket}", "--llm-url", "{llm_url}", "--data-dir", "{data_dir}", "--token", "{token}")
-# The reference kernel takes its token from the environment: on its command
-# line any local user could read it with ps.
-REFKERNEL_ARGV = DEFAULT_ARGV[:-2] + ("--llm-api", "{llm_api}")
+# No token here: on a command line any local user reads it with ps (issue 22
+# item 13). Every launched kernel finds it in its environment, TOKEN_ENV.
+DEFAULT_ARGV = ("{bin}", "--socket", "{socket}", "--llm-url", "{llm_url}", "--data-dir", "{data_dir}")
+TOKEN_ENV = "KSTRESS_TOKEN"
+REFKERNEL_ARGV = DEFAULT_ARGV + ("--llm-api", "{llm_api}")
 REFKERNEL_ENV = MappingProxyType({"REFKERNEL_TOKEN": "{token}"})
 REDACTED = "[redacted]"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -211,3 +212,33 @@ def test_env_placeholders_reach_the_target(cli, tmp_path):
     lines = (Path(state["run_dir"]) / "data" / "env.txt").read_text().splitlines()
     assert lines == [state["llm_url"], state["llm_url"].removesuffix("/v1")] and lines[0].endswith("/v1")
     assert cli.run("stop").returncode == 0
+
+
+def test_the_default_bin_argv_carries_no_token_and_a_stopped_state_holds_no_secret(cli):
+    """Before: `--bin PATH` started PATH with `--token <token>`, readable by
+    every local user in ps, and after `stop` state.json's argv still held it
+    (issue 22 item 13). The token travels as $KSTRESS_TOKEN, which the
+    reference kernel reads and enforces."""
+    refkernel = Path(sys.executable).with_name("refkernel")
+    up = cli.run("launch", "--bin", str(refkernel))
+    assert up.returncode == 0, up.stderr
+    state = cli.state()
+    token, key = state["token"], state["verdict_key"]
+    assert token and key
+    try:
+        kernel = psutil.Process(state["pids"]["target"])
+        cmdline = Path(f"/proc/{kernel.pid}/cmdline").read_bytes().decode()
+        assert token not in cmdline and "--token" not in cmdline, cmdline
+        assert kernel.environ().get("KSTRESS_TOKEN") == token
+        assert token not in up.stdout and token not in " ".join(state["argv"])
+        # the kernel enforces the token it was given that way
+        assert cli.run("kcli", "stats").returncode == 0
+        wrong = cli.run("kcli", "stats", "--socket", state["socket"], "--token", "not-the-token")
+        assert wrong.returncode != 0 and "auth" in (wrong.stdout + wrong.stderr), wrong.stdout + wrong.stderr
+    finally:
+        down = cli.run("stop")
+    assert down.returncode == 0, down.stderr
+    kept = (Path(state["run_dir"]) / "state.json").read_text()
+    assert token not in kept and key not in kept
+    stopped = json.loads(kept)
+    assert stopped["status"] == "stopped" and stopped["token"] is None and stopped["verdict_key"] is None

@@ -31,7 +31,7 @@ def test_the_default_argv_says_where_to_listen_by_transport():
     assert ws.render_argv({**VALUES, "listen_url": "ws://127.0.0.1:20001/"})[:3] == ["/k", "--listen", "ws://127.0.0.1:20001/"]
     # --bin PATH runs the reference kernel's flags: the same swap
     own = replace(spec_from_flags("/bin/true", ("--x",)), listen="tcp")
-    assert own.render_argv(VALUES) == ["/k", "--listen", "tcp:127.0.0.1:20001", "--llm-url", VALUES["llm_url"], "--data-dir", "/d", "--token", "T", "--x"]
+    assert own.render_argv(VALUES) == ["/k", "--listen", "tcp:127.0.0.1:20001", "--llm-url", VALUES["llm_url"], "--data-dir", "/d", "--x"]  # the token goes by $KSTRESS_TOKEN
     assert rk.argv == REFKERNEL_ARGV  # the spec keeps its template; only the rendering differs
 
 
