@@ -114,9 +114,15 @@ def timed_intervals(stamps: dict[int, tuple[int | None, int | None]], plan: Plan
     return out
 
 
-# Steps of a loop whose tools sleep less than this are judged together for
-# overlap (schedule()); at and above it every step must overlap on its own.
+# Calls that sleep less than this may end before a sibling the kernel started
+# with them has even started, on a loaded machine: a group of them that never
+# all ran at once is judged against its own start stagger (_waited), and a
+# loop's short steps together (schedule()). At and above it every group must
+# overlap on its own.
 OVERLAP_STRICT_MS = 100
+# A gap between starts with an end in it is a wait when it is longer than
+# this many times the longest gap with none (_waited).
+WAIT_FACTOR = 2
 
 
 def _at(iv: tuple[int, int], t0: int) -> str:
@@ -179,6 +185,7 @@ def schedule(plan: Plan, intervals: dict[int, tuple[int, int]], contract: Contra
 def _step_schedule(calls: tuple, intervals: dict[int, tuple[int, int]], contract: Contract, t0: int, where: str) -> list[str]:
     rule = contract.batch
     safe = tuple(c.parallel_safe for c in calls)
+    sleeps = {c.index: c.sleep_ms or 0 for c in calls}
     failures: list[str] = []
 
     def all_overlap(idx: list[int], why: str) -> None:
@@ -187,9 +194,15 @@ def _step_schedule(calls: tuple, intervals: dict[int, tuple[int, int]], contract
         late = max(idx, key=lambda i: intervals[i][0])
         early_end = min(idx, key=lambda i: intervals[i][1])
         if intervals[late][0] >= intervals[early_end][1]:
+            waited = ""
+            if max(sleeps[i] for i in idx) < OVERLAP_STRICT_MS:
+                wait = _waited([intervals[i] for i in idx], t0)
+                if wait is None:
+                    return
+                waited = f"; {wait}"
             failures.append(
                 f"no_overlap ({where}calls {early_end} and {late} never ran at once: {early_end} {_at(intervals[early_end], t0)}, "
-                f"{late} {_at(intervals[late], t0)}; contract batch={rule} {why})"
+                f"{late} {_at(intervals[late], t0)}; contract batch={rule} {why}{waited})"
             )
 
     if contract.runs_serially(safe):
@@ -219,6 +232,33 @@ def _step_schedule(calls: tuple, intervals: dict[int, tuple[int, int]], contract
     else:
         all_overlap(list(intervals), "runs this batch concurrently")
     return failures
+
+
+def _waited(intervals: list[tuple[int, int]], t0: int) -> str | None:
+    """Where short calls that never all ran at once show a start that waited
+    for an end, or None when their start stagger alone explains it.
+
+    A kernel that starts every call at once still gets them running one
+    process at a time: on a loaded 2-core machine seven starts spread over
+    70 ms, past the end of a 50 ms call. Those starts keep coming at the
+    spawn pace whether or not a call has ended. A serial or throttled kernel
+    starts a call only when one has ended, so its starts pause until an end:
+    a gap between two starts with an end in it, longer than WAIT_FACTOR times
+    the longest gap with no end in it (the stagger of starts that waited for
+    nothing, measured on this very group). A group where every gap held an
+    end -- no two calls ever ran at once -- waited throughout."""
+    starts = sorted(s for s, _ in intervals)
+    ends = [e for _, e in intervals]
+    # an end at t closes before a start at t opens (peak_overlap)
+    gaps = [(b - a, b, any(a < e <= b for e in ends)) for a, b in zip(starts, starts[1:])]
+    free = max((g for g, _, held in gaps if not held), default=0)
+    for g, b, held in gaps:
+        if held and g > WAIT_FACTOR * free:
+            return (
+                f"the start at +{(b - t0) / 1e6:.1f} ms waited for an end: {g / 1e6:.1f} ms after the start before it, "
+                f"over {WAIT_FACTOR}x the {free / 1e6:.1f} ms longest gap between starts with no end between"
+            )
+    return None
 
 
 def turn_anatomy(turn: Turn, mock: dict[str, Any], tool_s: float) -> dict[str, Any] | None:

@@ -56,6 +56,22 @@ async def test_a_fault_that_breaks_the_contract_is_caught_under_it(kernel_factor
     assert first_failures(r).get(marker) == name, first_failures(r)
 
 
+@pytest.mark.serial  # judges the overlap of real tool processes
+@pytest.mark.parametrize("limit, failure", [("16", None), ("2", "no_overlap")])
+async def test_short_mixed_calls_are_judged_by_their_stagger_and_a_throttle_is_still_caught(kernel_factory, out_dir, limit, failure):
+    # issue 22 item 5: the 50 ms sleeps of !mixed8 under batch=parallel may
+    # not all run at once when their starts spread past 50 ms, and pass; a
+    # kernel that runs two calls at a time starts each next one after an end
+    async with kernel_factory("--batch", "parallel", "--max-parallel-tools", limit) as k:
+        r = await run_batch(BatchSettings(ns=(8,), kinds=("mixed",), rounds=3, out=out_dir, quiet=True), k.access("batch=parallel"))
+    if failure is None:
+        assert r.exit_code == 0, r.report
+    else:
+        assert r.exit_code == 1, r.report
+        assert first_failures(r) == {"!mixed8": failure}, first_failures(r)
+        assert "waited for an end" in r.report
+
+
 @pytest.mark.parametrize("baseline", ["kernel", "sum"])
 async def test_the_speedup_is_near_n_with_each_baseline(kernel_factory, out_dir, baseline):
     # the default 200 ms tools: the kernel's few ms of overhead per call stay small beside them

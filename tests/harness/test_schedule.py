@@ -117,3 +117,82 @@ def test_long_loop_steps_must_each_overlap_and_short_ones_still_may_not_run_at_o
     short = build_plan("!loop5:2 #n1")
     _, [f] = schedule(short, loop_steps(short, lambda s: concurrent if s == 2 else serial), Contract(batch="serial"))
     assert f.startswith("overlap 2>1 (step 2: calls 0 and 1 ran at once"), f
+
+
+# issue 22 item 5: a Vercel AI SDK kernel (every call of a step at once) on a
+# loaded 2-core machine started the seven 50 ms sleeps of !mixed8 at these
+# offsets; the last started after the first had ended.
+MIXED8 = build_plan("!mixed8 #n1")  # 50 ms sleeps at 0-3 and 5-7, the writer at 4
+SLEEPS8 = [0, 1, 2, 3, 5, 6, 7]
+VERCEL_STARTS = [0, 24, 29, 40, 44, 53, 71]
+
+
+def at(starts, idx=SLEEPS8, dur=52):
+    """Each call of ``idx`` starting at its offset (ms) and running ``dur`` ms
+    (a 50 ms sleep and its two `date` calls)."""
+    return {i: (s * MS, (s + dur) * MS) for i, s in zip(idx, starts)}
+
+
+def throttled(idx, k, gap=5, react=12, dur=52):
+    """A kernel that runs at most ``k`` calls at once: the first k start
+    ``gap`` ms apart, each other one ``react`` ms after a slot freed."""
+    iv, t = {}, 0
+    for n, i in enumerate(idx):
+        if n >= k:
+            t = max(t, sorted(e for _, e in iv.values())[n - k] + react * MS)
+        iv[i] = (t, t + dur * MS)
+        t += gap * MS
+    return iv
+
+
+def test_spawn_stagger_past_a_short_call_is_not_a_serial_schedule():
+    iv = at(VERCEL_STARTS)
+    assert iv[7][0] > iv[0][1]  # calls 0 and 7 never ran at once
+    fields, failures = schedule(MIXED8, iv, Contract(batch="parallel"))
+    assert failures == [], failures
+    assert fields["overlap"] == 6 and fields["stagger_ms"] == 71.0
+    # the same starts still break a serial contract, by the calls that overlapped
+    _, [f] = schedule(MIXED8, iv, Contract(batch="whole-batch"))
+    assert f.startswith("overlap 6>1 (calls 0 and 1 ran at once"), f
+
+
+def sides(before, after):
+    """A barrier's schedule: ``after`` (its own times) once ``before`` and the writer are done."""
+    gone = max(e for _, e in before.values()) + 20 * MS
+    return before | {i: (s + gone, e + gone) for i, (s, e) in after.items()}
+
+
+@pytest.mark.parametrize("rule", ["parallel", "barrier"])
+def test_short_calls_run_one_at_a_time_or_throttled_are_still_caught(rule):
+    def run(k):
+        return throttled(SLEEPS8, k) if rule == "parallel" else sides(throttled([0, 1, 2, 3], k), throttled([5, 6, 7], k))
+
+    for iv in (serial(SLEEPS8, dur=50), run(2), run(3 if rule == "parallel" else 2)):
+        _, failures = schedule(MIXED8, iv, Contract(batch=rule))
+        assert failures and all(f.startswith("no_overlap (calls ") and "waited for an end" in f for f in failures), (rule, failures)
+    if rule == "parallel":
+        _, [f] = schedule(MIXED8, throttled(SLEEPS8, 4), Contract(batch=rule))
+        assert "the start at +64.0 ms waited for an end: 49.0 ms after the start before it, over 2x the 5.0 ms" in f, f
+
+
+def test_a_barrier_side_is_judged_against_its_own_stagger():
+    # 0-3 at once but staggered past the first end, the writer, then 5-7 the same
+    staggered = at([0, 20, 35, 60]) | at([150, 175, 203], [5, 6, 7])
+    assert schedule(MIXED8, staggered, Contract(batch="barrier"))[1] == []
+    # one side throttled to two: that side fails, the other passes
+    one_side = throttled([0, 1, 2, 3], 2) | at([150, 155, 160], [5, 6, 7])
+    _, [f] = schedule(MIXED8, one_side, Contract(batch="barrier"))
+    assert f.startswith("no_overlap (calls 0 and 3 never ran at once") and "waited for an end" in f, f
+    # the barrier itself stays strict: a call after the writer may not start before one before it ended
+    leaked = at([0, 20, 35, 60]) | at([100, 105, 110], [5, 6, 7])
+    _, [f] = schedule(MIXED8, leaked, Contract(batch="barrier"))
+    assert f.startswith("barrier (call 3 ended at +112.0 ms, after call 5 started at +100.0 ms"), f
+
+
+def test_long_calls_stay_strict():
+    # the same stagger against 200 ms calls: the last start after the first end is a failure by itself
+    long8 = build_plan("!mixed8:200 #n1")
+    iv = at([0, 30, 60, 90, 120, 150, 205], dur=200)
+    _, [f] = schedule(long8, iv, Contract(batch="parallel"))
+    assert f == ("no_overlap (calls 0 and 7 never ran at once: 0 +0.0–200.0 ms, 7 +205.0–405.0 ms; "
+                 "contract batch=parallel runs this batch concurrently)"), f
