@@ -524,7 +524,8 @@ class Kernel:
                     # Before the response frame goes out: a client that has the
                     # answer finds the turn in the history, on any connection.
                     answer = Assistant(reply.content, (), reply.text_id)
-                    self.sessions.record(key, [user, *itertools.chain.from_iterable(steps), answer],
+                    kept = [] if self.s.has("drop-answers") else [answer]  # the fault: a history of questions and tool calls
+                    self.sessions.record(key, [user, *itertools.chain.from_iterable(steps), *kept],
                                          last_only=self.s.has("drop-history"))
                 return reply.content
             results = await self.tools.run_batch(reply.tool_calls, on_start, on_end)

@@ -32,6 +32,7 @@ FAULTS: dict[str, str] = {
     "hide-error-frames": "ends a turn whose LLM request failed with an empty `response`, not an `error`",
     "session-crosstalk": "keys session history by connection, not by `session`: sessions on one connection bleed together",
     "drop-history": "keeps only the last completed turn of each session's history",
+    "drop-answers": "keeps each turn's user message and tool exchanges in its session's history, not the model's final answer",
     "loop-drop-results": "sends only the latest step's tool exchange back: earlier steps of the turn are dropped",
     "loop-reuse-ids": "sends tool calls back under its own ids call_0, call_1, ... restarting at every step",
 }

@@ -57,6 +57,17 @@ async def test_session_faults_fail_by_name_with_reconnects(kernel_factory, out_d
     assert token in r.summary["history_example"], r.summary["history_example"]
 
 
+@pytest.mark.parametrize("api", ["chat", "anthropic", "responses"])
+async def test_a_history_without_the_answers_fails_by_name(kernel_factory, out_dir, api):
+    """Issue 22 item 2: the inputs and tool exchanges kept, the model's answers
+    dropped (a LangGraph kernel did this) passed with history=ok."""
+    async with kernel_factory("--llm-api", api, "--fault", "drop-answers") as k:
+        r = await run_sessions(SessionsSettings(sessions=4, turns=3, out=out_dir, quiet=True), k.access("sessions=true"))
+    assert r.exit_code == 1 and r.summary["failures"] == {"history": 4}, r.report
+    assert r.summary["history_example"] == "history missing:t1.answer", r.summary["history_example"]
+    assert "FAIL every session kept its own history — history missing:t1.answer" in r.report
+
+
 async def test_a_kernel_without_sessions_is_not_held_to_them(kernel_factory, out_dir):
     """Contract sessions=false: its history is nobody's business; the check is skipped, and said so."""
     async with kernel_factory("--fault", "drop-history") as k:

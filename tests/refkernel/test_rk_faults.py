@@ -15,7 +15,7 @@ from rkhelpers import mock_requests, procs_in
 from mock import markers
 from refkernel import FAULTS
 from rkclient import text_for
-from rkfake import check_loop, history_failures, interleaved_sessions, text
+from rkfake import Script, check_loop, exchange, history_failures, interleaved_sessions, text, turn_part
 
 TOOL_MS = 200
 
@@ -169,6 +169,18 @@ async def test_fault_drop_history(llm, rk, api):
     assert sorted(failed) == ["A3", "B3"], failed  # the third turn of each carries only the second
     a2 = faulty["A2"][0].rsplit("#", 1)[1]
     assert f"carries ['{a2}'], expected" in failed["A3"]
+
+
+async def test_fault_drop_answers(llm, rk, api):
+    clean, faulty = await _with_and_without(rk, llm, api, "drop-answers", interleaved_sessions)
+    assert history_failures(llm, clean) == {}
+    failed = history_failures(llm, faulty)
+    assert sorted(failed) == ["A2", "A3", "B2", "B3"], failed  # every turn with a history
+    # every input and tool step is there, in order; only the final answers are not
+    t, earlier = faulty["A3"]
+    want = [m for e in earlier for m in exchange(llm, e) if not (m["role"] == "assistant" and "tool_calls" not in m)]
+    req = llm.requests_for(Script.parse(t).nonce)[0]
+    assert req[1:len(req) - len(turn_part(req))] == want
 
 
 async def _loop(k):
