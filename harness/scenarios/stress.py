@@ -450,7 +450,7 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
         "scheduled_latency_s": _pcts(sched) if sched else None,
         "throughput_per_s": round(sum(1 for r in stat_rows if r.get("passed")) / duration, 2) if duration > 0 else None,
         "duration_s": round(duration, 3),
-        **_counters(kstats, res),
+        **_counters(kstats, res, extras.get("kernel_stats_start"), fresh=extras.get("orphans") is not None),
         "reconnects": extras.get("reconnects", 0),
         "capacity_errors": extras.get("capacity_errors", {}),
         "dedup_probe": extras.get("dedup_probe"),
@@ -458,18 +458,37 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
         "warmup": warmup_summary(warm) if warm or (settings or {}).get("warmup_s") else None,
         "stages": stage_table(every, settings or {}, extras),
         "orphans": extras.get("orphans"),
-        **({"kernels": [{**k, **_counters(e.get("kernel_stats") or {}, e.get("resources") or {})}
+        **({"kernels": [{**k, **_counters(e.get("kernel_stats") or {}, e.get("resources") or {}, e.get("kernel_stats_start"), fresh=k.get("orphans") is not None)}
                         for k, e in zip(kernel_summaries(inputs, extras), extras["kernels"])]} if extras.get("kernels") else {}),
     }
 
 
-def _counters(kstats: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+COUNTERS = ("executed", "rejected", "suspended", "resumed", "preempted", "duplicates")  # totals since the kernel started
+
+
+def _counters(kstats: dict[str, Any], res: dict[str, Any], start: dict[str, Any] | None = None, fresh: bool = False) -> dict[str, Any]:
     """The kernel's counters, queue peak and resources a summary shows (the
-    whole run's, or one kernel's of several)."""
+    whole run's, or one kernel's of several). A kernel's counters are totals
+    since it started: a sandbox kept running (`kstress up`, launch.sh) has
+    earlier runs in them. With the counters read when the run started
+    (``start``) they are this run's: the end minus the start; without, they
+    are the run's only when the run launched the kernel (``fresh``), and
+    ``kernel_counted`` says ``lifetime`` otherwise."""
+    kernel = {k: kstats.get(k) for k in (*COUNTERS, "peak_queued", "children", "llm_state") if k in kstats}
+    peak = max((v for v in (kstats.get("peak_queued"), res.get("peak_queued")) if v is not None), default=None)
+    if start and kernel:
+        for k in COUNTERS:
+            if isinstance(kernel.get(k), (int, float)) and isinstance(start.get(k), (int, float)):
+                kernel[k] = kernel[k] - start[k]
+        # the kernel's peak is its lifetime's: this run's only if the run raised it
+        if isinstance(start.get("peak_queued"), (int, float)) and peak is not None and peak <= start["peak_queued"]:
+            kernel.pop("peak_queued", None)
+            peak = None
     return {
-        "kernel": {k: kstats.get(k) for k in ("executed", "rejected", "suspended", "resumed", "preempted", "duplicates", "peak_queued", "children", "llm_state") if k in kstats},
+        "kernel": kernel,
+        "kernel_counted": None if not kernel else ("run" if start or fresh else "lifetime"),
         # 0 is a peak too: only a missing value is skipped
-        "peak_queue": max((v for v in (kstats.get("peak_queued"), res.get("peak_queued")) if v is not None), default=None),
+        "peak_queue": peak,
         "resources": {k: res.get(k) for k in ("peak_rss_mb", "peak_cpu_pct", "mean_cpu_pct", "peak_threads", "peak_fds", "peak_children", "samples", "sampler_cpu_s") if k in res},
     }
 
@@ -567,6 +586,12 @@ class _Watch:
                     self.stats_clients[i] = await t.client(connect_timeout_s=self.s.connect_timeout_s).connect()
                 except ConnError:
                     self.stats_clients[i] = None
+                if self.stats_clients[i] is not None:
+                    try:
+                        # the counters before the first input: a kept sandbox's kernel counts earlier runs too
+                        self._keep(i, "kernel_stats_start", await self.stats_clients[i].stats())
+                    except ConnError:
+                        pass  # no start value: the report labels the counters lifetime (unless the run launched the kernel)
             else:
                 self.skipped.append({"check": f"kernel counters (stats frame){of}", "why": "the contract says stats=false"})
             if t.target_pid is not None:
@@ -734,7 +759,10 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
     for name, ks in ([(kk["name"], kk) for kk in s.get("kernels") or ()] or [(None, s)]):
         k = ks.get("kernel") or {}
         if k:
-            out += [f"## Kernel counters{f' ({md_text(name)})' if name else ''}", "", "| " + " | ".join(k) + " |", "|" + "---:|" * len(k), "| " + " | ".join(md_text(v) for v in k.values()) + " |", ""]
+            counted = (" — the kernel's lifetime totals (a kept sandbox: earlier runs included; no count at this run's start)" if ks.get("kernel_counted") == "lifetime"
+                       else " — this run's (at its end minus at its start)")
+            out += [f"## Kernel counters{f' ({md_text(name)})' if name else ''}", "", f"The counts{counted}.", "",
+                    "| " + " | ".join(k) + " |", "|" + "---:|" * len(k), "| " + " | ".join(md_text(v) for v in k.values()) + " |", ""]
     for name, ks in ([(kk["name"], kk) for kk in s.get("kernels") or ()] or [(None, s)]):
         r = ks.get("resources") or {}
         if not r:
