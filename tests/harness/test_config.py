@@ -124,6 +124,42 @@ def test_scripts_read_as_programs_and_help_shows_the_real_default_mix():
             assert DEFAULT_MIX in "".join(r.stdout.split())  # click may wrap it anywhere
 
 
+def test_scripts_before_make_venv_say_how_to_get_it_not_a_traceback(tmp_path):
+    """A clone without .venv, under a python without kstress's dependencies
+    (-S: no site-packages, as a bare system python3): `--help` was a
+    traceback from `import click` (issue 22 item 16)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "scripts", tmp_path / "scripts")
+    shutil.copy(repo / "pyproject.toml", tmp_path)
+    (tmp_path / "harness").symlink_to(repo / "harness")  # what the scripts import once they get that far
+    (tmp_path / "mock").symlink_to(repo / "mock")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KSTRESS_NO_REEXEC")}
+    scripts = sorted(p.name for p in (tmp_path / "scripts").glob("*.py") if p.name != "_bootstrap.py")
+    assert "stress.py" in scripts and len(scripts) >= 10
+    for script in scripts:
+        r = subprocess.run([sys.executable, "-S", str(tmp_path / "scripts" / script), "--help"], capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (script, r.stderr[-1500:])
+        assert r.stdout.startswith(f"Usage: {script} ") and "make venv" in r.stdout and "click" in r.stdout, (script, r.stdout)
+    r = subprocess.run([sys.executable, "-S", str(tmp_path / "scripts" / "stress.py"), "--conns", "32"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-1500:]
+    assert f"{tmp_path / '.venv'} does not exist yet" in r.stderr and "run `make venv`" in r.stderr
+    # launch.sh falls back to the python3 on PATH: here one without site-packages
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    (tmp_path / "bin" / "python3").chmod(0o755)
+    env["PATH"] = f"{tmp_path / 'bin'}:/usr/bin:/bin"
+    r = subprocess.run([str(tmp_path / "scripts" / "launch.sh"), "--help"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stdout.startswith("Usage: launch.sh ") and "Traceback" not in r.stderr, r.stdout + r.stderr[-1500:]
+    r = subprocess.run([str(tmp_path / "scripts" / "launch.sh"), "stop"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "run `make venv`" in r.stderr and "Traceback" not in r.stderr, r.stderr[-1500:]
+
+
 def test_an_empty_mix_is_an_error_not_the_default():
     from click.testing import CliRunner
 
