@@ -160,6 +160,24 @@ def test_scripts_before_make_venv_say_how_to_get_it_not_a_traceback(tmp_path):
     assert r.returncode == 2 and "run `make venv`" in r.stderr and "Traceback" not in r.stderr, r.stderr[-1500:]
 
 
+def test_the_readme_names_the_state_home_and_its_default(monkeypatch):
+    # where the pointer to the detached sandbox lives was only in docs/sandbox.md (issue 22 item 16)
+    import os
+    import re
+    import tempfile
+    from pathlib import Path
+
+    from harness.sandbox.state import invoking_ids, state_home
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert re.search(r"`\$KSTRESS_HOME`, by default `/tmp/kstress-<uid>`, or `\$XDG_RUNTIME_DIR/kstress` without root", readme)
+    monkeypatch.delenv("KSTRESS_HOME", raising=False)
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() caches what TMPDIR said
+    if os.geteuid() == 0:  # what the README says is the default is what the code takes
+        assert state_home() == Path(f"/tmp/kstress-{invoking_ids()[0]}")
+
+
 def test_an_empty_mix_is_an_error_not_the_default():
     from click.testing import CliRunner
 

@@ -146,3 +146,19 @@ def test_the_stage_table_splits_turns_by_send_time():
     st = s["stages"]
     assert [r["attempted"] for r in st] == [10, 20] and [r["target"] for r in st] == [4, 8]
     assert st[0]["latency_s"]["p50"] == pytest.approx(0.05) and st[1]["errors"] == {}
+
+
+def test_the_readme_ramp_example_measures_part_of_its_ramp():
+    # it was --stage 30s:64 --stage 2m:64 --warmup 30s: the whole ramp inside the warm-up, so "a ramp
+    # with a service level" judged only the hold (issue 22 item 16); warm-up has no default (load-shapes.md)
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [line] = [ln for ln in readme.splitlines() if "scripts/stress.py" in ln and "--stage" in ln]
+    words = shlex.split(line.partition("#")[0])
+    stages = parse_stages([words[i + 1] for i, w in enumerate(words) if w == "--stage"], integer=True)
+    warmup = parse_duration(words[words.index("--warmup") + 1], "--warmup")
+    assert "--threshold" in words and "ramp" in line.partition("#")[2]
+    assert stages[0].target > 0 and 0 < warmup < stages[0].duration_s, (warmup, stages[0])
+    StressSettings(stages=tuple(words[i + 1] for i, w in enumerate(words) if w == "--stage"), warmup_s=warmup)  # a run the CLI accepts
