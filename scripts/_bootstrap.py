@@ -55,7 +55,7 @@ def without_venv(missing: list[str], venv_exists: bool, prog: str | None = None,
     prog = prog or Path(sys.argv[0]).name
     where = (f"{ROOT / '.venv'} exists but lacks them (an interrupted install?)" if venv_exists
              else f"{ROOT / '.venv'} does not exist yet")
-    fix = f"run `make venv` in {ROOT} once (it creates .venv with them; needs Python >= 3.11), then {prog} again"
+    fix = f"run `make venv` in {ROOT} once (it creates .venv with them; needs Python >= 3.11), then run {prog} again"
     why = f"kstress's dependencies ({', '.join(missing)}) are not installed for {sys.executable} and {where}"
     if any(a in ("--help", "-h") for a in sys.argv[1:]):
         print(f"Usage: {prog} [OPTIONS] ...\n\n  {why}.\n\n  To list every option: {fix}.\n  README.md and docs/ describe the same options.")
