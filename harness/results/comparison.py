@@ -8,10 +8,15 @@ What a scenario compares is its own: its registry entry's ``compare`` is a
 must match, the rows after the pass rate, or why its runs are refused), built
 from the row helpers here. This module knows no scenario by name.
 
-Rows (each: better | worse | same | unmeasurable): the pass rate always,
+Rows (each: better | worse | same | inconclusive | unmeasurable): the pass rate always,
 then the scenario's (stress and sessions: latency, all and per marker, from the
 schedule in the open model, throughput, stress the target's resources; batch:
 per marker tool phase and latency; abtest: per N speedup and tool phase).
+
+Stored runs were not interleaved: a timed row the within-run test calls
+better or worse is *inconclusive* (exit 0) unless its medians lie further
+apart than :data:`DRIFT_BANDS` times the wider p10..p90 band of either run
+(:func:`drift_rule`; docs/metrics.md, "drift between stored runs").
 
 Values a run has only once (peaks, start-up, memory per session) are shown
 side by side, never tested. Two runs whose settings make the comparison
@@ -32,10 +37,16 @@ from ..errors import UsageError
 from ..judge import failure_counts
 from .report import fmt_ms, fmt_num, md_code, md_text
 from .rundir import LoadedRun, read_jsonl, read_run
-from .stats import ALPHA, MIN_EFFECT, compare
+from .stats import ALPHA, MIN_EFFECT, band, compare, percentile
 from .thresholds import span_s, throughput_windows
 
 MIN_SAMPLES = 3  # as cmp: fewer samples on a side is unmeasurable
+# stored runs were not interleaved: a timed row is better or worse only when
+# its medians are further apart than the wider p10..p90 band of either run to
+# this power (as factors). Measured (docs/design-notes.md): 56 pairs of abtest
+# runs of one build came at most 1.45 bands apart, serial-tools against clean
+# at least 1.72
+DRIFT_BANDS = 1.5
 
 # settings of a load's shape that must be equal, and why a difference makes
 # the comparison meaningless; a scenario's spec names those it has. Everything
@@ -239,7 +250,39 @@ def sample_row(name: str, metric: str, unit: str, samples: dict[str, list[float]
             notes[v] = f"unmeasurable: only {len(samples[v])} sample(s)" if why_short is None else why_short(v, len(samples[v]))
     out = verdict_row({"name": name, "metric": metric, "unit": unit}, samples, notes, s, higher_is_better=higher_is_better, rate=rate,
                       missing_new_is_worse=missing_new_is_worse)
+    if not rate and not notes:
+        drift_rule(out, samples, s)
     return out
+
+
+def drift_rule(out: dict[str, Any], samples: dict[str, list[float]], s: dict[str, Any]) -> None:
+    """A better/worse row whose medians are no further apart (as a factor)
+    than the wider p10..p90 band of either run (:func:`band`) raised to
+    ``s['drift_bands']`` (default :data:`DRIFT_BANDS`; 0 turns the rule off)
+    becomes *inconclusive*, with the numbers. The Mann-Whitney test sees each run's
+    spread, not how far the machine moved between two runs made apart (two
+    runs of one binary 7 s apart: speedup 3.51x -> 3.14x at p=0.032). The
+    pass rate is not subject: a failure is a verdict, not a timing."""
+    k = s.get("drift_bands", DRIFT_BANDS)
+    bands = {v: band(samples[v]) for v in ("old", "new")}
+    mo, mn = out.get("old"), out.get("new")
+    if not k or None in bands.values() or not isinstance(mo, (int, float)) or not isinstance(mn, (int, float)) or mo <= 0 or mn <= 0:
+        return
+    wider = max(b for b in bands.values() if b is not None)
+    limit = wider**k
+    shift = max(mo, mn) / min(mo, mn)
+    out["drift"] = {"old_band": bands["old"], "new_band": bands["new"], "bands": k, "limit": limit, "shift": shift}
+    if out["verdict"] in ("better", "worse") and shift <= limit:
+        side = "old" if bands["old"] == wider else "new"
+        xs = samples[side]
+        lo, hi = percentile(xs, 10), percentile(xs, 90)
+        unit = out.get("unit")
+        fmt = fmt_ms if unit == "s" else (lambda x: f"{x:.3g}{unit or ''}")
+        out["within_run_verdict"] = out["verdict"]
+        out.update(verdict="inconclusive",
+                   reason=f"{out['verdict']} by the within-run test ({out['reason']}), but the runs were not interleaved: the medians are "
+                          f"x{shift:.2f} apart, not beyond the wider p10..p90 band of a run ({side.upper()}: {fmt(lo)}..{fmt(hi)}, "
+                          f"x{wider:.2f}) raised to {k:g}, x{limit:.2f}; a whole run drifts by that much on a loaded machine (docs/metrics.md)")
 
 
 def passed_latency(rows: list[dict[str, Any]], key: str = "latency_s") -> list[float]:
@@ -432,7 +475,7 @@ def _change(r: dict[str, Any]) -> str:
 
 
 def final_line(c: Comparison) -> str:
-    counts = {k: sum(1 for r in c.rows if r["verdict"] == k) for k in ("better", "worse", "same", "unmeasurable")}
+    counts = {k: sum(1 for r in c.rows if r["verdict"] == k) for k in ("better", "worse", "same", "inconclusive", "unmeasurable")}
     tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
     if c.worse:
         return f"compare: NEW is worse on {len(c.worse)} row(s): {', '.join(c.worse)} ({tally}); exit 1"
@@ -443,7 +486,8 @@ def render(c: Comparison) -> str:
     out = [f"# kstress compare — {c.scenario}", "",
            f"- OLD {md_code(c.old)}", f"- NEW {md_code(c.new)}",
            f"- better/worse needs p < {c.alpha:g} (Mann-Whitney U) and a change of at least {c.min_effect:.0%} "
-           f"({c.min_effect * 100:.0f} percentage points for rates), as cmp"]
+           f"({c.min_effect * 100:.0f} percentage points for rates), as cmp; and, the runs not being interleaved, timed medians further apart "
+           f"than the wider p10..p90 band of a run raised to {DRIFT_BANDS:g} (factors; else inconclusive, exit 0)"]
     out += [f"- note: {md_text(n)}" for n in c.notes]
     out += ["", "| row | OLD | NEW | change | p | verdict | why |", "|---|---:|---:|---:|---:|---|---|"]
     for r in c.rows:
@@ -472,6 +516,6 @@ def write_output(c: Comparison, path: Path) -> None:
         raise UsageError(f"-o {path}: cannot write it ({exc.strerror}); pass a writable file") from None
 
 
-__all__ = ["CompareSpec", "Comparison", "RunPair", "SHAPE", "TARGET_MUST_MATCH", "by_marker", "compare_runs", "final_line", "latency_rows",
+__all__ = ["DRIFT_BANDS", "CompareSpec", "Comparison", "RunPair", "SHAPE", "TARGET_MUST_MATCH", "by_marker", "compare_runs", "drift_rule", "final_line", "latency_rows",
            "load_span", "pass_rate_row", "passed_latency", "refusals", "render", "resource_rows", "sample_row", "throughput_row", "verdict_row",
            "write_output"]

@@ -278,3 +278,24 @@ def compare(metric: str, old: Sequence[float], new: Sequence[float], *, higher_i
 
 def _med(xs: Sequence[float]) -> float | None:
     return statistics.median(xs) if xs else None
+
+
+# --- drift between stored runs ----------------------------------------------------
+
+
+def band(samples: Sequence[float]) -> float | None:
+    """How widely one run's own samples scatter: p90 / p10 (nearest rank: max / min
+    for 10 samples or fewer), a factor >= 1. It holds whatever the run
+    drifted while it ran, and the load that came and went on the machine --
+    which shifts a whole run as well: two stored runs of one binary made
+    apart differ by up to about that much (docs/metrics.md). None for no
+    sample or samples of mixed sign; inf when the band starts at 0."""
+    if not samples:
+        return None
+    lo, hi = percentile(samples, 10), percentile(samples, 90)
+    assert lo is not None and hi is not None
+    if lo < 0:
+        return None
+    if lo == 0:
+        return 1.0 if hi == 0 else math.inf
+    return hi / lo

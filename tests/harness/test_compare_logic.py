@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.comparison import latency_rows, pass_rate_row, throughput_row, verdict_row
+from harness.results.comparison import final_line, latency_rows, pass_rate_row, throughput_row, verdict_row
 from harness.scenarios import compare_runs, refusals
 from harness.scenarios.abtest import round_speedups, speedup_rows
 from harness.errors import UsageError
@@ -45,8 +45,11 @@ def test_a_change_below_the_minimum_effect_is_same_even_when_significant():
     new = turns("!slowbatch4", [x * 1.03 for x in SLOW])
     r = by_name(latency_rows(old, new, S))["latency !slowbatch4"]
     assert r["verdict"] == "same" and "minimum effect" in r["reason"]
-    r = by_name(latency_rows(old, new, {"alpha": 0.05, "min_effect": 0.01}))["latency !slowbatch4"]
+    # the drift rule off: SLOW's own band (x1.06) is wider than a 3% change, which two stored runs drift by
+    r = by_name(latency_rows(old, new, {"alpha": 0.05, "min_effect": 0.01, "drift_bands": 0}))["latency !slowbatch4"]
     assert r["verdict"] == "worse"
+    r = by_name(latency_rows(old, new, {"alpha": 0.05, "min_effect": 0.01}))["latency !slowbatch4"]
+    assert r["verdict"] == "inconclusive" and r["within_run_verdict"] == "worse"
 
 
 def test_a_marker_that_no_longer_passes_is_worse_and_the_all_row_refuses_another_mix():
@@ -174,3 +177,50 @@ def test_compare_runs_end_to_end_on_files_and_what_it_refuses(tmp_path):
         compare_runs(hold, hold)
     with pytest.raises(UsageError, match="--min-effect"):
         compare_runs(old, new, min_effect=5)
+
+
+# issue 22 item 6: two abtest runs of one binary made 7 s apart, compared stored: speedup N=4 3.51x -> 3.14x,
+# p=0.03, "worse" and exit 1. Each run's own rounds spread as far (x1.14, x1.19) as the runs lie apart (x1.12)
+OLD_SPEEDUPS = [3.30, 3.42, 3.50, 3.52, 3.60, 3.75]
+NEW_SPEEDUPS = [2.95, 3.05, 3.12, 3.16, 3.36, 3.51]
+
+
+def ab_run(speedups: list[float], n: int = 4, conc_ms: int = 100) -> list[dict]:
+    rows = []
+    for r, sp in enumerate(speedups):
+        for arm, ms, ov in (("concurrent", conc_ms, n), ("serial", round(sp * conc_ms), 1)):
+            rows.append({"kind": "abtest", "n": n, "round": r, "arm": arm, "passed": True, "failures": [], "tool_ms": ms, "overlap": ov})
+    return rows
+
+
+def ab_doc() -> dict:
+    return doc("abtest", ns=[4], rounds=6, tool_ms_effective=100, baseline_used="kernel", timeout_s=60.0, connect_timeout_s=5.0)
+
+
+def test_a_stored_speedup_change_within_the_runs_own_band_is_inconclusive_and_exit_0(tmp_path):
+    old = write_run(tmp_path / "old", ab_doc(), ab_run(OLD_SPEEDUPS))
+    new = write_run(tmp_path / "new", ab_doc(), ab_run(NEW_SPEEDUPS))
+    c = compare_runs(old, new)
+    row = by_name(c.rows)["speedup N=4"]
+    assert row["old"] == pytest.approx(3.51) and row["new"] == pytest.approx(3.14) and row["p"] < 0.05  # the within-run test alone: worse
+    assert row["verdict"] == "inconclusive" and row["within_run_verdict"] == "worse"
+    assert c.worse == [] and c.exit_code == 0
+    # the reason gives the numbers: how far apart, the band it is within, and the limit
+    assert "medians are x1.12 apart" in row["reason"] and "NEW: 2.95x..3.51x, x1.19" in row["reason"] and "raised to 1.5, x1.30" in row["reason"]
+    assert row["drift"]["old_band"] == pytest.approx(3.75 / 3.30) and row["drift"]["limit"] == pytest.approx((3.51 / 2.95) ** 1.5)
+    assert "1 inconclusive" in final_line(c) and final_line(c).endswith("exit 0")
+    # the same runs swapped: "better" by the within-run test, inconclusive too
+    back = by_name(compare_runs(new, old).rows)["speedup N=4"]
+    assert back["verdict"] == "inconclusive" and back["within_run_verdict"] == "better"
+
+
+def test_a_stored_change_beyond_the_runs_own_band_is_still_worse(tmp_path):
+    """A kernel that lost its concurrency (serial tools: ~1x) against the
+    same drifting OLD: far outside either run's band, worse, exit 1."""
+    old = write_run(tmp_path / "old", ab_doc(), ab_run(OLD_SPEEDUPS))
+    serial = write_run(tmp_path / "serial", ab_doc(), ab_run([0.95, 1.0, 1.02, 0.98, 1.05, 1.1]))
+    c = compare_runs(old, serial)
+    row = by_name(c.rows)["speedup N=4"]
+    assert row["verdict"] == "worse" and "within_run_verdict" not in row and row["drift"]["shift"] > row["drift"]["limit"]
+    assert c.worse == ["speedup N=4"] and c.exit_code == 1
+    assert by_name(compare_runs(serial, old).rows)["speedup N=4"]["verdict"] == "better"
