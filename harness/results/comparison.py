@@ -21,8 +21,8 @@ apart than :data:`DRIFT_BANDS` times the wider p10..p90 band of either run
 Values a run has only once (peaks, start-up, memory per session) are shown
 side by side, never tested. Two runs whose settings make the comparison
 meaningless are refused (UsageError, exit 2) naming the difference: see each
-spec's ``must_match``, :data:`TARGET_MUST_MATCH` and docs/results.md,
-"Comparing stored runs".
+spec's ``must_match`` and ``contract_keys``, :data:`TARGET_MUST_MATCH` and
+docs/results.md, "Comparing stored runs".
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import UsageError
 from ..judge import failure_counts
+from ..judge.contract import KEYS as CONTRACT_KEYS
 from .report import fmt_ms, fmt_num, md_code, md_text
 from .rundir import LoadedRun, read_jsonl, read_run
 from .stats import ALPHA, MIN_EFFECT, band, compare, percentile
@@ -87,17 +88,28 @@ class CompareSpec:
     rows: Callable[[RunPair, dict[str, Any]], Rows] = lambda pair, s: []  # the rows after the pass rate
     normalize: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)  # a setting's canonical form
     refused: str | None = None
+    # the contract keys its rows depend on: only these must match (the reference kernel declares every
+    # capability, one's own kernel by default none, and a stress run judges no session history)
+    contract_keys: tuple[str, ...] = CONTRACT_KEYS
 
 
 # per target (meta.targets[0]): what the judge and the mock made of the turns
 TARGET_MUST_MATCH = {
-    "contract": "the contract is what each turn is judged by (a batch=parallel kernel fails where a whole-batch one passes)",
     "workload.tool_ms": "the mock's tool sleeps set every tool time",
     "workload.mixed_ms": "the mock's shell-call sleeps set the mixed batches' time",
     "workload.mock_args": "the mock's LLM pacing (--ttft-ms, --chunk-delay-ms) is part of every turn's latency",
     "workload.tools": "another tool catalog plans other calls",
     "workload.llm_api": "another LLM dialect is another wire and another parser in the kernel",
     "transport": "latency includes the transport (unix, tcp, ws)",
+}
+# per contract key a scenario's spec names: why a difference changes what its turns are judged by
+CONTRACT_MUST_MATCH = {
+    "batch": "the batch rule is what each batch's schedule is judged by (a batch=parallel kernel fails where a whole-batch one passes)",
+    "order": "order=any passes results in any order, order=declared fails them",
+    "dedup": "the replay-guard probe runs only under dedup=true",
+    "interrupts": "interrupt inputs are sent only under interrupts=true",
+    "stats": "the kernel's counters and queue are read only under stats=true",
+    "sessions": "under sessions=false a turn's history is not held to its session's earlier turns",
 }
 ALLOWED_TEXT = ("out", "quiet", "seed", "thresholds", "inputs", "duration_s", "rounds", "dedup_probe", "expect_concurrency", "control_args")
 
@@ -176,6 +188,9 @@ def refusals(old: dict[str, Any], new: dict[str, Any], specs: Mapping[str, Compa
         if key in st_o and st_o.get(key) != st_n.get(key) and key not in ("out", "quiet"):
             notes.append(f"{key} differs (OLD {st_o.get(key)!r}, NEW {st_n.get(key)!r}): allowed, it does not change what a turn measures")
     to, tn = (((d.get("meta") or {}).get("targets") or [{}])[0] for d in (old, new))
+    bad_c, notes_c = contract_refusals(to.get("contract"), tn.get("contract"), spec.contract_keys if spec is not None else CONTRACT_KEYS, so)
+    bad += bad_c
+    notes += notes_c
     for key, why in TARGET_MUST_MATCH.items():
         a, b = _get(to, key), _get(tn, key)
         if a is None or b is None:
@@ -191,6 +206,28 @@ def refusals(old: dict[str, Any], new: dict[str, Any], specs: Mapping[str, Compa
     for side, d in (("OLD", old), ("NEW", new)):
         if d.get("status", "completed") != "completed":
             notes.append(f"{side} did not complete (status {d.get('status')}): its figures are those of the turns it recorded")
+    return bad, notes
+
+
+def contract_refusals(co: Any, cn: Any, used: tuple[str, ...], scenario: Any) -> tuple[list[str], list[str]]:
+    """The contract keys ``used`` (a scenario's rows depend on them) must
+    match, each refused by name; another key may differ, with a note: the
+    reference kernel against one's own kernel differs in dedup, interrupts,
+    stats and sessions, which a stress run does not use."""
+    if not isinstance(co, dict) or not isinstance(cn, dict):
+        return [], []
+    bad, notes = [], []
+    for key in CONTRACT_KEYS:
+        a, b = co.get(key), cn.get(key)
+        if a == b:
+            continue
+        if a is None or b is None:
+            if key in used:
+                notes.append(f"contract {key} is not recorded in {'OLD' if a is None else 'NEW'}: not checked")
+        elif key in used:
+            bad.append(f"different contract {key}: OLD {a!r}, NEW {b!r} ({CONTRACT_MUST_MATCH.get(key, 'the turns are judged by it')})")
+        else:
+            notes.append(f"contract {key} differs (OLD {a!r}, NEW {b!r}): allowed, {scenario}'s rows do not depend on it")
     return bad, notes
 
 

@@ -185,5 +185,6 @@ SCENARIO = Scenario(
         must_match={"ns": "the batch sizes are the marker set", "kinds": "the batch kinds are the marker set",
                     "timeout_s": SHAPE["timeout_s"], "connect_timeout_s": SHAPE["connect_timeout_s"]},
         rows=compare_rows,
+        contract_keys=("batch", "order"),
     ),
 )

@@ -406,5 +406,6 @@ SCENARIO = Scenario(
                     "reconnect": "resuming sessions elsewhere is another workload"},
         rows=lambda pair, s: load_compare_rows(pair, s, resources=False),
         normalize={"mix": mix_key},
+        contract_keys=("batch", "order", "sessions"),
     ),
 )

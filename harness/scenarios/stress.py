@@ -829,5 +829,6 @@ SCENARIO = Scenario(
                     "interrupts": "interrupt inputs compete with the load", "interrupt_marker": "interrupt inputs compete with the load"},
         rows=lambda pair, s: load_compare_rows(pair, s, resources=True),
         normalize={"mix": mix_key},
+        contract_keys=("batch", "order"),  # the dedup probe and the counters are no row; interrupts > 0 needs interrupts=true in both
     ),
 )

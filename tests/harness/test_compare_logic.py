@@ -224,3 +224,35 @@ def test_a_stored_change_beyond_the_runs_own_band_is_still_worse(tmp_path):
     assert row["verdict"] == "worse" and "within_run_verdict" not in row and row["drift"]["shift"] > row["drift"]["limit"]
     assert c.worse == ["speedup N=4"] and c.exit_code == 1
     assert by_name(compare_runs(serial, old).rows)["speedup N=4"]["verdict"] == "better"
+
+
+# issue 22 item 16: the reference kernel (every capability) against one's own kernel (by default none of dedup,
+# interrupts, stats, sessions) was refused as "different contract" though a stress run uses none of those keys
+REFKERNEL_CONTRACT = {"batch": "whole-batch", "order": "declared", "dedup": True, "interrupts": True, "stats": True, "sessions": True}
+OWN_CONTRACT = {**REFKERNEL_CONTRACT, "dedup": False, "interrupts": False, "stats": False, "sessions": False}
+
+
+def test_contracts_that_differ_only_in_keys_the_scenario_does_not_use_compare(tmp_path):
+    ref = with_target(doc(), "contract", REFKERNEL_CONTRACT)
+    own = with_target(doc(), "contract", OWN_CONTRACT)
+    bad, notes = refusals(ref, own)
+    assert bad == [] and "contract sessions differs (OLD True, NEW False): allowed, stress's rows do not depend on it" in notes
+    c = compare_runs(write_run(tmp_path / "ref", ref, turns("!slowbatch4", SLOW)), write_run(tmp_path / "own", own, turns("!slowbatch4", SLOW)))
+    assert c.exit_code == 0 and any(n.startswith("contract dedup differs") for n in c.notes)
+    # a key the rows depend on is still refused, by name
+    bad, _ = refusals(ref, with_target(doc(), "contract", {**OWN_CONTRACT, "order": "any"}))
+    assert len(bad) == 1 and bad[0].startswith("different contract order: OLD 'declared', NEW 'any' (order=any passes results in any order")
+    with pytest.raises(UsageError, match="different contract batch: OLD 'whole-batch', NEW 'parallel'"):
+        compare_runs(write_run(tmp_path / "ref2", ref, turns("!slowbatch4", SLOW)),
+                     write_run(tmp_path / "par", with_target(doc(), "contract", {**REFKERNEL_CONTRACT, "batch": "parallel"}), turns("!slowbatch4", SLOW)))
+
+
+def test_sessions_compares_the_sessions_key_and_stress_does_not():
+    """sessions judges each turn's history only under sessions=true: there the key is used."""
+    sess = {"mix": "text:1", "conns": 2, "sessions": 4, "turns": 3, "reconnect": False, "rate": None, "stages": [], "arrival": "constant",
+            "warmup_s": None, "timeout_s": 60.0, "connect_timeout_s": 5.0}
+    ref = with_target(doc("sessions", **sess), "contract", REFKERNEL_CONTRACT)
+    own = with_target(doc("sessions", **sess), "contract", {**REFKERNEL_CONTRACT, "sessions": False})
+    bad, _ = refusals(ref, own)
+    assert len(bad) == 1 and bad[0].startswith("different contract sessions: OLD True, NEW False")
+    assert refusals(with_target(doc(), "contract", REFKERNEL_CONTRACT), with_target(doc(), "contract", {**REFKERNEL_CONTRACT, "sessions": False}))[0] == []
