@@ -31,7 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
@@ -481,7 +481,8 @@ class Launch:
             "tool_ms": self.settings.tool_ms,
             "mixed_ms": self.settings.mixed_ms,
             "tools": self.spec.tools,
-            "results": str(self.results) if self.results else None,
+            # absolute: a sweep from another directory copies the logs there (issue 22 item 11)
+            "results": os.path.abspath(self.results) if self.results else None,
             "contract": self.settings.contract.to_json(),
             "startup_s": self.startup_s,
             "ready_rss_mb": self.ready_rss_mb,
@@ -635,19 +636,31 @@ def tree_rss_mb(pid: int | None) -> float | None:
         return None
 
 
-def sweep_sandbox_dirs(root: Path) -> list[Path]:
-    """Remove the sandbox directories under ``root`` whose owner died without
-    cleaning up (SIGKILL, a closed terminal): their owner.lock can be locked.
-    A directory kept on purpose -- a detached sandbox stopped cleanly, which
-    wrote teardown.json -- stays. Before removing, the process logs and the
-    mock's log go to the run directory that was collecting the results, if
-    state.json names one that still exists. Returns what was removed."""
+SWEPT_DIR = "swept"  # in the state home: the logs of swept sandboxes no run directory took
+SWEPT_KEEP = 10  # of those, the newest kept; the directories they came from are gone already
+
+
+def sweep_sandbox_dirs(root: Path, say: Callable[[str], None] | None = None) -> list[Path]:
+    """Remove the sandbox directories under ``root`` whose owner is gone:
+    their owner.lock can be locked (a running owner -- a kstress run, the
+    supervisor of a detached sandbox -- holds it for its life). That is a
+    run killed without cleaning up (SIGKILL, a closed terminal), and a
+    detached sandbox once stopped or dead: its directory was kept for its logs,
+    and is swept by the next launch (one grew to 12 MB, issue 22 item 16).
+
+    Nothing is removed before its logs are copied (issue 22 item 11): the
+    process logs and the mock's log go to the run directory state.json names
+    (an absolute path), else -- none named (a detached sandbox), or not there
+    (removed, or a relative path from an older kstress) -- to SWEPT_DIR in the
+    state home. ``say`` is told where each went; a directory whose logs could
+    not be copied is kept, and ``say`` is told why. Returns what was removed."""
+    say = say or _say
     removed = []
     me = invoking_ids()[0]
     for d in root.glob("kst-*"):
         lock = d / OWNER_LOCK
         try:
-            if not d.is_dir() or d.is_symlink() or d.stat().st_uid not in (me, os.geteuid()) or (d / TEARDOWN_NAME).exists():
+            if not d.is_dir() or d.is_symlink() or d.stat().st_uid not in (me, os.geteuid()):
                 continue
             fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -657,29 +670,95 @@ def sweep_sandbox_dirs(root: Path) -> list[Path]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # its owner lives
-            _rescue_logs(d)
+            try:
+                where = _rescue_logs(d)
+            except (OSError, UsageError) as exc:
+                say(f"kstress: kept {d}: its owner is gone, but its logs could not be copied ({exc}); "
+                    f"copy {d}/logs and {d}/mock.jsonl yourself, then remove it (rm -r {d})")
+                continue
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
+            if where:
+                say(f"kstress: swept {d} (its owner is gone); its logs are in {', '.join(map(str, where))}")
         finally:
             os.close(fd)
     return removed
 
 
-def _rescue_logs(sandbox_dir: Path) -> None:
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _rescue_logs(sandbox_dir: Path) -> list[Path]:
+    """Copy the logs of a sandbox directory and of the kernels that joined it
+    (its subdirectories) to the run directories their state.json names; when
+    one of them has none to go to, the whole directory's to the state home.
+    Where they went. Raises OSError (or UsageError: an untrusted state home)
+    when a copy fails."""
+    where: list[Path] = []
+    homeless = False
+    for sub in (sandbox_dir, *sorted(p.parent for p in sandbox_dir.glob(f"*/{STATE_NAME}"))):
+        if not any((sub / n).exists() for n in ("logs", "mock.jsonl")):
+            continue
+        state = _read_json(sub / STATE_NAME)
+        results = state.get("results")
+        results = Path(results) if isinstance(results, str) and os.path.isabs(results) else None
+        if results is None or not results.is_dir():
+            homeless = True
+            continue
+        label = state.get("label") or ""
+        logs = results / (f"logs-{label}" if label else "logs")
+        if (sub / "logs").is_dir() and not logs.exists():
+            shutil.copytree(sub / "logs", logs, symlinks=True, dirs_exist_ok=True)
+        mock_log = results / (f"mock-{label}.jsonl" if label else "mock.jsonl")
+        if (sub / "mock.jsonl").is_file() and not mock_log.exists():
+            shutil.copyfile(sub / "mock.jsonl", mock_log)
+        if results not in where:
+            where.append(results)
+    if homeless:
+        where.append(_archive(sandbox_dir))
+    return where
+
+
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        state = json.loads((sandbox_dir / STATE_NAME).read_text())
-        results = Path(state["results"]) if isinstance(state, dict) and isinstance(state.get("results"), str) else None
-    except (OSError, ValueError, KeyError):
-        return
-    if results is None or not results.is_dir():
-        return
-    label = state.get("label") or ""
-    logs = results / (f"logs-{label}" if label else "logs")
-    if (sandbox_dir / "logs").is_dir() and not logs.exists():
-        shutil.copytree(sandbox_dir / "logs", logs, dirs_exist_ok=True)
-    mock_log = results / (f"mock-{label}.jsonl" if label else "mock.jsonl")
-    if (sandbox_dir / "mock.jsonl").exists() and not mock_log.exists():
-        shutil.copyfile(sandbox_dir / "mock.jsonl", mock_log)
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _archive(sandbox_dir: Path) -> Path:
+    """The sandbox directory's logs, mock log, teardown and state (without its
+    secrets), joined kernels' too, under the state home's SWEPT_DIR; the
+    newest SWEPT_KEEP are kept there."""
+    from .state import secure_home
+
+    home = secure_home()
+    swept = home / SWEPT_DIR
+    swept.mkdir(mode=0o700, exist_ok=True)
+    give_to_invoking_user(swept)
+    dest = swept / sandbox_dir.name
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(mode=0o700)
+    for sub in (sandbox_dir, *(p.parent for p in sandbox_dir.glob(f"*/{STATE_NAME}"))):
+        to = dest / sub.relative_to(sandbox_dir)
+        to.mkdir(mode=0o700, exist_ok=True)
+        if (sub / "logs").is_dir():
+            shutil.copytree(sub / "logs", to / "logs", symlinks=True, dirs_exist_ok=True)
+        for name in ("mock.jsonl", TEARDOWN_NAME):
+            if (sub / name).is_file():
+                shutil.copyfile(sub / name, to / name)
+        kept = _read_json(sub / STATE_NAME)
+        if kept:
+            secrets = [v for k in SECRET_FIELDS if isinstance(v := kept.get(k), str)]
+            kept = scrub({k: v for k, v in kept.items() if k not in SECRET_FIELDS}, secrets)
+            (to / STATE_NAME).write_text(json.dumps({**kept, **dict.fromkeys(SECRET_FIELDS)}, indent=2))
+    give_to_invoking_user(dest, *(p for p in dest.rglob("*") if not p.is_symlink()))
+    old = sorted((p for p in swept.iterdir() if p.is_dir() and not p.is_symlink()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for p in old[SWEPT_KEEP:]:
+        shutil.rmtree(p, ignore_errors=True)
+    return dest
 
 
 async def _wait_exit(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:

@@ -218,6 +218,36 @@ def test_sigkill_of_kstress_leaves_a_readable_run_and_the_next_launch_sweeps(tmp
     nothing_left(r)
 
 
+def test_a_sweep_from_another_directory_copies_the_logs_where_state_json_said(tmp_path):
+    """Before: state.json recorded the results directory as given, `--out runs`
+    relative to where kstress ran; a sweep started elsewhere did not find it
+    and removed the killed run's sandbox with its logs and mock.jsonl
+    (issue 22 item 11)."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    (tmp_path / "t").mkdir()
+    env = dict(os.environ, KSTRESS_HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path / "t"), PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "harness", *LONG, "--quiet", "--out", "runs"], cwd=here, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: sum(len(f.read_text().splitlines()) for f in here.glob("runs/stress-*/turns.jsonl")) >= 4, 60, "some turns")
+    finally:
+        p.kill()
+        p.wait(10)
+    [sandbox] = (tmp_path / "t").glob("kst-*")
+    said = json.loads((sandbox / "state.json").read_text())["results"]
+    [results] = here.glob("runs/stress-*")
+    nxt = subprocess.run([sys.executable, "-m", "harness", "batch", "--launch", "--n", "2", "--kinds", "batch", "--rounds", "1", "--quiet", "--out", "runs"],
+                         cwd=there, env=env, capture_output=True, text=True, timeout=120)
+    assert nxt.returncode == 0, nxt.stderr
+    assert not sandbox.exists()
+    assert (results / "logs" / "target.err").exists() and (results / "mock.jsonl").stat().st_size > 0
+    assert said == str(results)
+    assert f"swept {sandbox}" in nxt.stderr and str(results) in nxt.stderr
+    assert not (tmp_path / "home" / "swept").exists()  # the run directory took them: nothing to keep elsewhere
+
+
 def test_kill_9_of_the_kernel_is_a_target_death_with_its_status(tmp_path):
     """Before: "target died" with no exit status, signal or stderr tail, and
     the inputs that hit the dead socket counted as attempted load."""

@@ -242,3 +242,40 @@ def test_the_default_bin_argv_carries_no_token_and_a_stopped_state_holds_no_secr
     assert token not in kept and key not in kept
     stopped = json.loads(kept)
     assert stopped["status"] == "stopped" and stopped["token"] is None and stopped["verdict_key"] is None
+
+
+def test_a_stopped_or_dead_detached_sandbox_is_swept_by_the_next_launch_with_its_logs_kept(cli):
+    """Before: a detached sandbox's directory, kept at `stop` for its logs, was
+    never swept (one grew to 12 MB), and one whose supervisor died was swept
+    without its logs: it names no run directory to copy them to (issue 22
+    items 16 and 11). Now the next launch sweeps both, their logs, mock log and
+    teardown going to the state home's swept/ first; a running one stays."""
+    assert cli.launch_sh().returncode == 0
+    first = cli.state()
+    assert cli.run("kcli", "send", "!batch2").returncode == 0  # something in the mock's log
+    assert cli.launch_sh("stop").returncode == 0
+    stopped = Path(first["run_dir"])
+    assert (stopped / "teardown.json").exists()
+    up = cli.launch_sh()
+    assert up.returncode == 0, up.stderr
+    second = cli.state()
+    try:
+        assert not stopped.exists(), "the stopped sandbox's directory was not swept"
+        kept = cli.home / "swept" / stopped.name
+        assert (kept / "logs" / "target.err").exists() and (kept / "teardown.json").exists()
+        assert "!batch2" in (kept / "mock.jsonl").read_text()
+        archived = json.loads((kept / "state.json").read_text())
+        assert archived["token"] is None and first["token"] not in (kept / "state.json").read_text()
+        # a run that launches its own sandbox sweeps too, but never a running one
+        r = cli.run("batch", "--launch", "--n", "2", "--kinds", "batch", "--rounds", "1", "--quiet", "--out", str(cli.out))
+        assert r.returncode == 0, r.stderr
+        assert Path(second["run_dir"]).is_dir() and cli.run("kcli", "stats").returncode == 0
+    finally:
+        killed = boot_clock()
+        os.kill(second["supervisor_pid"], signal.SIGKILL)  # dead, not stopped: no teardown.json
+    wait_for(lambda: namespace_gone(second["namespace"], second["net_inode"], killed), 10, "the guardian to clean up")
+    r = cli.run("batch", "--launch", "--n", "2", "--kinds", "batch", "--rounds", "1", "--quiet", "--out", str(cli.out))
+    assert r.returncode == 0, r.stderr
+    dead = Path(second["run_dir"])
+    assert not dead.exists() and (cli.home / "swept" / dead.name / "logs" / "target.err").exists()
+    assert f"swept {dead}" in r.stderr and str(cli.home / "swept" / dead.name) in r.stderr
