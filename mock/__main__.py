@@ -66,6 +66,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     from .catalog import DEFAULT_CATALOG, load_catalog
     from .errors import ConfigError
     from .script import load_script
+    from .markers import VERDICT_KEY_ENV, verdict_key
     from .server import MockSettings
 
     try:
@@ -82,6 +83,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             log_path=args.log,
             model=args.model,
             unix_path=args.unix,
+            # by environment only: argv is world-readable in /proc, and a
+            # kernel that could read the key could forge verdict lines
+            verdict_key=verdict_key(os.environ.get(VERDICT_KEY_ENV)),
         )
         asyncio.run(serve(settings))
     except ConfigError as exc:

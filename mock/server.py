@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -78,6 +78,9 @@ class MockSettings:
     unix_path: Path | None = None
     # nonces the verdict store keeps (the newest; /_mock/verdicts answers null for older ones)
     store_capacity: int = STORE_CAPACITY
+    # tags every verdict line (mock/markers.py: sign); the kernel never sees it.
+    # Out of repr: settings are logged.
+    verdict_key: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         def rule(ok: bool, name: str, value: Any, want: str) -> None:
@@ -289,7 +292,7 @@ async def _judge_followup(
     line, echoes = check_history(plan, sent, results, settings.catalog, tool_ms, dialect.wire_ids(plan), dialect.item_ids(plan), history)
     _record_verdict(state, entry, rec, line, echoes)
     state.plans[f"{plan.kind}:verdict"] += 1
-    return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes), pieces=settings.text_chunks, nonce=plan.nonce))
+    return await _reply(request, dialect, settings, state, ex, turn, model, Reply(text=verdict_text(line, echoes, settings.verdict_key), pieces=settings.text_chunks, nonce=plan.nonce))
 
 
 async def _hang(state: MockState, ex: Exchange, plan: Plan, entry: Entry) -> None:
@@ -311,7 +314,7 @@ def _first_reply(
     if not plan.has_tools:
         entry.text_verdict = True
         rec["text_verdict"] = text_verdict(plan.nonce, history)
-        return Reply(text=text_reply(plan.nonce, history), pieces=settings.text_chunks, nonce=plan.nonce), None
+        return Reply(text=text_reply(plan.nonce, history, settings.verdict_key), pieces=settings.text_chunks, nonce=plan.nonce), None
     headers = None
     reply = Reply(calls=plan.calls, finish="tool_calls", nonce=plan.nonce)
     if plan.quirk is not None:
@@ -452,7 +455,7 @@ async def _loop(
     line = check.line(plan, tool_ms, history)
     _record_verdict(state, entry, rec, line, check.echoes)
     state.plans["loop:verdict"] += 1
-    reply = Reply(text=verdict_text(line, check.echoes), pieces=settings.text_chunks, nonce=plan.nonce)
+    reply = Reply(text=verdict_text(line, check.echoes, settings.verdict_key), pieces=settings.text_chunks, nonce=plan.nonce)
     return await _reply(request, dialect, settings, state, ex, turn, model, reply)
 
 
@@ -645,8 +648,9 @@ async def mock_requests(request: web.Request) -> web.Response:
 
 
 async def mock_verdicts(request: web.Request) -> web.Response:
-    """The store's entries for the nonces asked for (null for an unknown one):
-    GET ?nonce=A&nonce=B, or POST {"nonces": [...]} for large batches."""
+    """The store's entries for the nonces asked for (null for an unknown one)
+    and how many entries the store has dropped: GET ?nonce=A&nonce=B, or POST
+    {"nonces": [...]} for large batches."""
     state = request.app[STATE_KEY]
     if request.method == "GET":
         nonces: Any = request.query.getall("nonce", [])
@@ -672,7 +676,9 @@ async def mock_verdicts(request: web.Request) -> web.Response:
                 return _json_error(400, f"nonces[{k}] is {n!r}: every nonce must be a non-empty string", param="nonces")
     if len(nonces) > QUERY_LIMIT:
         return _json_error(400, f"{len(nonces)} nonces asked for at once; the limit is {QUERY_LIMIT}: split the query", param="nonces")
-    return web.json_response({"verdicts": state.store.query(nonces)})
+    # evicted: a null is "never seen" only while the store has dropped nothing
+    # (the harness fails a turn whose verdict line the mock never wrote by it)
+    return web.json_response({"verdicts": state.store.query(nonces), "evicted": state.store.evicted})
 
 
 async def mock_stats(request: web.Request) -> web.Response:

@@ -18,7 +18,7 @@ from . import wire
 from .dialects import Dialect, Reply, Turn, text_reply
 from .errors import MarkerError
 from .exchange import Exchange, MockState
-from .markers import Plan, build_plan, find_nonce, parse_marker, parse_session_nonce, text_verdict
+from .markers import TAG_BYTES, Plan, build_plan, find_nonce, parse_marker, parse_session_nonce, text_verdict, verdict_tag
 
 if TYPE_CHECKING:
     from .server import MockSettings
@@ -40,12 +40,16 @@ class Shape:
     template: wire.StreamTemplate
     has_tools: bool
     info: dict[str, Any]
+    # a text reply's verdict line is tagged under this key: the tag is a hole
+    # of its own, after the nonce's (the template is built for nonce + tag)
+    key: bytes | None = None
 
 
 def shape_reply(dialect: Dialect, turn: Turn, found: tuple["Shape", str], model: str, state: MockState, ex: Exchange) -> list[bytes]:
     """A first streamed reply from its cached shape: the exchange's record, the
     store entry and the events (aiohttp's handler and the fast path alike)."""
     shape, nonce = found
+    fill = nonce if shape.key is None else nonce + verdict_tag(text_verdict(nonce), shape.key)
     rec = ex.rec
     rec["stream"] = turn.stream
     rec["n_messages"] = turn.n_messages
@@ -61,7 +65,7 @@ def shape_reply(dialect: Dialect, turn: Turn, found: tuple["Shape", str], model:
     else:
         entry.text_verdict = True
         rec["text_verdict"] = text_verdict(nonce)
-    return dialect.template_fill(shape.template, nonce, shape.info, turn, model)
+    return dialect.template_fill(shape.template, fill, shape.info, turn, model)
 
 
 def shape_for(dialect: Dialect, user_text: str, settings: MockSettings, state: MockState) -> tuple[Shape, str] | None:
@@ -91,14 +95,22 @@ def _build_shape(dialect: Dialect, token: str | None, length: int, settings: Moc
     def plan_for(nonce: str) -> Plan:
         return build_plan(f"{token or ''} #{nonce}", settings.catalog, settings.tool_ms, settings.mixed_ms)
 
-    def reply_for(plan: Plan) -> Reply:
+    key = settings.verdict_key
+
+    def reply_for(plan: Plan, tag: str | None = None) -> Reply:
         if plan.calls:
             return Reply(calls=plan.calls, finish="tool_calls", nonce=plan.nonce)
-        return Reply(text=text_reply(plan.nonce), pieces=settings.text_chunks, nonce=plan.nonce)
+        return Reply(text=text_reply(plan.nonce, key=key, tag=tag), pieces=settings.text_chunks, nonce=plan.nonce)
 
     def render(nonce: str) -> list[str]:
         plan = plan_for(nonce)
         return dialect.template_render(plan, reply_for(plan))
+
+    def render_tagged(probe: str) -> list[str]:
+        # the tag depends on the nonce by a hash, not by copying its characters:
+        # the template takes it as more characters of the fill (nonce + tag)
+        plan = plan_for(probe[:length])
+        return dialect.template_render(plan, reply_for(plan, tag=probe[length:]))
 
     try:
         plan = plan_for(wire.NONCE_ALPHABET[:length])
@@ -106,7 +118,11 @@ def _build_shape(dialect: Dialect, token: str | None, length: int, settings: Moc
         return None
     if plan.kind not in SHAPE_KINDS or plan.quirk is not None:
         return None
-    template = wire.StreamTemplate.build(render, length)
+    tagged = key is not None and not plan.calls
+    if tagged:
+        template = wire.StreamTemplate.build(render_tagged, length + 2 * TAG_BYTES)
+    else:
+        template = wire.StreamTemplate.build(render, length)
     if template is None:
         return None
     return Shape(
@@ -115,4 +131,5 @@ def _build_shape(dialect: Dialect, token: str | None, length: int, settings: Moc
         template=template,
         has_tools=bool(plan.calls),
         info=dialect.template_info(plan, reply_for(plan)),
+        key=key if tagged else None,
     )

@@ -34,7 +34,7 @@ import re
 
 from .catalog import Catalog
 from .errors import MarkerError
-from .markers import Call, Plan, TIMESTAMP_RE, VerdictLine, build_plan, nonce_for, parse_call_id, parse_session_nonce
+from .markers import Call, Plan, TIMESTAMP_RE, VerdictLine, build_plan, nonce_for, parse_call_id, parse_session_nonce, sign
 
 ECHO_LIMIT = 8192
 
@@ -596,8 +596,8 @@ def check_session(
     return "ok"
 
 
-def verdict_text(line: VerdictLine, echoes: Sequence[tuple[str, str]]) -> str:
-    parts = [line.format()]
+def verdict_text(line: VerdictLine, echoes: Sequence[tuple[str, str]], key: bytes | None = None) -> str:
+    parts = [sign(line.format(), key)]
     for call_id, content in echoes:
         if len(content) > ECHO_LIMIT:
             content = content[:ECHO_LIMIT] + f"\n[... {len(content) - ECHO_LIMIT} more characters not echoed]"

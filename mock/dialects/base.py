@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..markers import Call, Plan, text_verdict
+from ..markers import Call, Plan, text_verdict, sign
 from ..verdict import Exchange, Said, SentCall, ToolResult
 from ..wire import StreamTemplate
 
@@ -57,10 +57,14 @@ def usage(prompt_chars: int, completion_chars: int) -> tuple[int, int]:
     return math.ceil(prompt_chars / 4), math.ceil(completion_chars / 4)
 
 
-def text_reply(nonce: str, history: str | None = None) -> str:
+def text_reply(nonce: str, history: str | None = None, key: bytes | None = None, tag: str | None = None) -> str:
+    """A text answer ending with its verdict line, tagged under ``key``
+    (``tag``: a given tag instead, for building the reply's template)."""
+    line = text_verdict(nonce, history)
+    line = f"{line} tag={tag}" if tag is not None else sign(line, key)
     return (
         f"This is the kstress mock LLM answering input {nonce}. It streams its reply in pieces "
-        f"so that a kernel's delta handling is exercised.\n{text_verdict(nonce, history)}"
+        f"so that a kernel's delta handling is exercised.\n{line}"
     )
 
 
