@@ -1,6 +1,8 @@
 """`kstress kcli`: talk to a running kernel by hand.
 
     kcli send "!slowbatch4"     frames as they arrive, then `verdict: ok` or `verdict: <failure>`
+                                (the line's tag checked when the key is known: a detached
+                                sandbox's, or KSTRESS_VERDICT_KEY; else read as given)
     kcli stats                  the kernel's stats frame
     kcli shell                  one input per line from stdin
 """
@@ -8,12 +10,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from mock.markers import build_plan
+from mock.markers import VERDICT_KEY_ENV, build_plan, verdict_key
 from mock.errors import MarkerError
 
 from ..wire.client import ConnError, KernelClient, Turn
@@ -31,6 +34,7 @@ class Endpoint:
     token: str | None
     protocol: Protocol
     connect_timeout_s: float = CONNECT_TIMEOUT_S
+    verdict_key: bytes | None = None
 
     @property
     def socket(self) -> str:
@@ -46,9 +50,10 @@ def resolve_endpoint(socket: str | Path | None, state: Path | None, token: str |
         raise UsageError(f"--connect-timeout {connect_timeout_s!r} is invalid: use 0.1 to 3600 seconds")
     if socket is not None:
         address = Address("unix", path=str(socket)) if isinstance(socket, Path) else parse_address(socket)
-        return Endpoint(address, token, load_protocol(protocol), connect_timeout_s)
+        return Endpoint(address, token, load_protocol(protocol), connect_timeout_s, verdict_key(os.environ.get(VERDICT_KEY_ENV)))
     s = require_running(state).state
-    return Endpoint(s.kernel_address(), token or s.token, load_protocol(protocol or s.protocol), connect_timeout_s)
+    key = s.raw.get("verdict_key")
+    return Endpoint(s.kernel_address(), token or s.token, load_protocol(protocol or s.protocol), connect_timeout_s, verdict_key(key if isinstance(key, str) else None))
 
 
 def print_frames(turn: Turn, out: TextIO) -> None:
@@ -68,7 +73,7 @@ async def send_one(ep: Endpoint, text: str, timeout_s: float, out: TextIO, raw: 
         raise UsageError(f"cannot talk to the kernel at {ep.socket}: {exc}") from None
     plan = build_plan(turn.text)
     print_frames(turn, out)
-    verdict = judge(turn, plan)
+    verdict = judge(turn, plan, key=ep.verdict_key, authenticate=ep.verdict_key is not None)
     out.write(f"verdict: {'ok' if verdict.passed else '; '.join(verdict.failures)}\n")
     out.flush()
     return verdict

@@ -71,8 +71,10 @@ class MockJoin:
             await session.close()
 
     async def get(self, nonce: str) -> dict[str, Any] | None:
-        """The mock's entry for ``nonce``, or None (not seen, evicted, or the
-        mock could not be asked: ``errors`` counts those)."""
+        """The mock's entry for ``nonce``; ``{"nonce": nonce, "absent": True}``
+        when the mock has provably never seen it (it answered null and has
+        dropped no entry); None when that cannot be known (dropped entries, an
+        old mock, or the mock could not be asked: ``errors`` counts those)."""
         fut = asyncio.get_running_loop().create_future()
         self._pending.setdefault(nonce, []).append(fut)
         if not self._flushing:
@@ -94,16 +96,22 @@ class MockJoin:
         import aiohttp  # loaded by __aenter__ already
 
         found: dict[str, Any] = {}
+        complete = False  # a null answer means "never seen"
         try:
             assert self._session is not None
             async with self._session.post(self._base + "/_mock/verdicts", json={"nonces": list(part)}) as r:
                 if r.status != 200:
                     raise aiohttp.ClientError(f"HTTP {r.status}: {(await r.text())[:200]}")
-                found = (await r.json()).get("verdicts") or {}
+                body = await r.json()
+                found = body.get("verdicts") or {}
+                complete = body.get("evicted") == 0
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError, AssertionError) as exc:
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
         for nonce, futs in part.items():
+            entry = found.get(nonce)
+            if entry is None and complete and nonce in found:
+                entry = {"nonce": nonce, "absent": True}
             for f in futs:
                 if not f.done():
-                    f.set_result(found.get(nonce))
+                    f.set_result(entry)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, NamedTuple
 
-from mock.markers import Plan, VerdictLine, parse_text_line, parse_timestamps, parse_verdict, peak_overlap
+from mock.markers import Plan, VerdictLine, parse_text_line, parse_timestamps, parse_verdict, peak_overlap, tag_ok
 
 from ..wire.client import Turn
 from .contract import REFKERNEL, Contract
@@ -314,18 +314,31 @@ def _stamps_of(mock: dict[str, Any] | None) -> dict[int, tuple[int | None, int |
     return out
 
 
-def judge(turn: Turn, plan: Plan, *, expect_duplicate: bool = False, contract: Contract = REFKERNEL, mock: dict[str, Any] | None = None, joined: bool = False) -> TurnVerdict:
+def judge(
+    turn: Turn,
+    plan: Plan,
+    *,
+    expect_duplicate: bool = False,
+    contract: Contract = REFKERNEL,
+    mock: dict[str, Any] | None = None,
+    joined: bool = False,
+    key: bytes | None = None,
+    authenticate: bool = True,
+) -> TurnVerdict:
     """``mock`` is the mock's own record of this input (harness/judge/mockjoin.py),
     when one was asked for (``joined``): a kernel that rewords the model's
     answer is judged by it; a kernel that echoes the verdict line must agree
-    with it. ``verdict_source`` says which was used."""
+    with it. ``verdict_source`` says which was used. A line read from the
+    reply alone must be authenticated (``_forged``): by the mock's record, or
+    by its tag under ``key``, the run's verdict key. ``authenticate=False``
+    reads the reply's line as given (`kstress send` with nothing to check it by)."""
     fields: dict[str, Any] = {}
     failures = _delivery_failures(turn, plan, expect_duplicate)
     if failures is None:
         if not plan.has_tools:
-            failures = _text_failures(turn, plan, contract, mock, joined, fields)
+            failures = _text_failures(turn, plan, contract, mock, joined, fields, key, authenticate)
         else:
-            failures = _tool_failures(turn, plan, contract, mock, joined, fields)
+            failures = _tool_failures(turn, plan, contract, mock, joined, fields, key, authenticate)
     if mock is not None and "anatomy" not in fields and turn.outcome == "response":
         fields["anatomy"] = turn_anatomy(turn, mock, 0.0)
     return _verdict(turn, plan, failures, fields)
@@ -360,7 +373,34 @@ def _delivery_failures(turn: Turn, plan: Plan, expect_duplicate: bool) -> list[s
     return failures
 
 
-def _text_failures(turn: Turn, plan: Plan, contract: Contract, mock: dict[str, Any] | None, joined: bool, fields: dict[str, Any]) -> list[str]:
+def _forged(said: Any, recorded: Any, mock: dict[str, Any] | None, joined: bool, key: bytes | None) -> str | None:
+    """Why a verdict line read from the reply cannot be trusted, or None.
+
+    A kernel that never called the LLM can still write a well-formed line.
+    The mock's record of the input is the proof: where it has one, the reply
+    must agree with it (verdict_mismatch). Where it provably has none -- it
+    never saw the input, or saw it and wrote no verdict -- the line is forged.
+    Where that cannot be known (the mock dropped entries, or could not be
+    asked, or there is no mock to ask), the line's tag must verify under the
+    run's verdict key, which the mock has and the kernel never sees."""
+    if said is None or recorded is not None:
+        return None
+    if mock is not None:
+        seen = "never saw this input" if mock.get("absent") else "saw this input but wrote no verdict for it"
+        return f"forged_verdict (the reply carries a verdict line the mock never wrote: the mock {seen})"
+    if key is not None:
+        if said.tag is None:
+            return "forged_verdict (the reply's verdict line has no tag: the mock tags every line it writes in this run)"
+        if not tag_ok(said.format(), said.tag, key):
+            return "forged_verdict (the reply's verdict line carries a tag that does not verify under this run's verdict key)"
+        return None
+    why = "the mock dropped or could not give its record of this input" if joined else "no mock to ask"
+    return f"forged_verdict (cannot be authenticated: {why}, and no verdict key is known; see docs/results.md)"
+
+
+def _text_failures(
+    turn: Turn, plan: Plan, contract: Contract, mock: dict[str, Any] | None, joined: bool, fields: dict[str, Any], key: bytes | None, authenticate: bool
+) -> list[str]:
     """A plain input's answer: its text verdict line, from the reply or the mock's record."""
     failures: list[str] = []
     said = parse_text_line(turn.reply)
@@ -368,6 +408,9 @@ def _text_failures(turn: Turn, plan: Plan, contract: Contract, mock: dict[str, A
     fields["verdict_source"] = _source(said, recorded)
     if said is not None and recorded is not None and said.format() != recorded.format() and said.nonce == plan.nonce:
         failures.append(f"verdict_mismatch (the reply says {said.format()!r}, the mock recorded {recorded.format()!r})")
+    forged = _forged(said, recorded, mock, joined, key) if authenticate and said is not None and said.nonce == plan.nonce else None
+    if forged is not None:
+        return [forged]
     tv = said or recorded
     if tv is None:
         failures.append("missing_verdict" + (" (neither in the reply nor in the mock's record)" if joined else ""))
@@ -379,7 +422,9 @@ def _text_failures(turn: Turn, plan: Plan, contract: Contract, mock: dict[str, A
     return failures
 
 
-def _tool_failures(turn: Turn, plan: Plan, contract: Contract, mock: dict[str, Any] | None, joined: bool, fields: dict[str, Any]) -> list[str]:
+def _tool_failures(
+    turn: Turn, plan: Plan, contract: Contract, mock: dict[str, Any] | None, joined: bool, fields: dict[str, Any], key: bytes | None, authenticate: bool
+) -> list[str]:
     """A tool input's answer: its verdict line (from the reply or the mock's
     record), then how the tools were scheduled."""
     said_line = parse_verdict(turn.reply)
@@ -389,6 +434,10 @@ def _tool_failures(turn: Turn, plan: Plan, contract: Contract, mock: dict[str, A
     line = said_line or recorded_line
     if line is None:
         return ["missing_verdict" + (" (neither in the reply nor in the mock's record)" if joined else "")]
+    if authenticate and said_line is not None and said_line.nonce == plan.nonce:
+        forged = _forged(said_line, recorded_line, mock, joined, key)
+        if forged is not None:
+            return [forged]
     failures: list[str] = []
     if said_line is not None and recorded_line is not None and said_line.format() != recorded_line.format() and said_line.nonce == plan.nonce:
         failures.append(f"verdict_mismatch (the reply says {said_line.format()!r}, the mock recorded {recorded_line.format()!r})")

@@ -15,6 +15,7 @@ sandbox when this run owns one.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import signal
@@ -26,7 +27,7 @@ from typing import Any
 import psutil
 
 from mock.catalog import DEFAULT_CATALOG, Catalog
-from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, Plan, build_plan
+from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS, VERDICT_KEY_ENV, Plan, build_plan, verdict_key
 
 from ..aio import finish_shielded, grace
 from ..wire.client import ConnError, KernelClient, Turn
@@ -156,6 +157,10 @@ class Target:
         self.results: Path | None = None  # the run directory, set by the runner
         self.mock_address: str | None = None  # where the mock's verdict store is asked
         self.join: MockJoin | None = None
+        # (dialect, stream) of every mock record of a joined turn: what this
+        # kernel really spoke, beside what the run declares (extras.observed)
+        self.llm_seen: collections.Counter[tuple[Any, Any]] = collections.Counter()
+        self.verdict_key: bytes | None = None  # what the mock tags its verdict lines with (judge: _forged)
         self._prepared = False
         self._alive_at = -ALIVE_EVERY_S
         self._stack = contextlib.AsyncExitStack()
@@ -186,6 +191,13 @@ class Target:
             # a bare socket: no knowing what kernel it is; it declares what it has
             self.contract = merged(OTHER, None, a.contract_pairs)
             self.mock_address = check_mock_address(a.mock) if a.mock else None
+            self.verdict_key = verdict_key(os.environ.get(VERDICT_KEY_ENV))
+            if self.mock_address is None and self.verdict_key is None:
+                raise UsageError(
+                    f"--socket {self.socket} without --mock: kstress could not tell a verdict line the mock wrote from one the "
+                    f"kernel wrote itself; pass --mock with the mock the kernel calls (unix:PATH or http://127.0.0.1:PORT), or start "
+                    f"that mock with {VERDICT_KEY_ENV}=K in its environment and run kstress with the same {VERDICT_KEY_ENV}"
+                )
             self.meta = {"name": "socket", "socket": self.socket, "transport": self.address.scheme, "launched": False}
         else:
             s = require_running(a.state).state
@@ -201,6 +213,7 @@ class Target:
             self.mock_log = s.mock_log
             base = s.contract or (REFKERNEL if s.target_name == "refkernel" else OTHER)
             self.mock_address = f"unix:{s.mock_socket}" if s.mock_socket else None
+            self.verdict_key = verdict_key(s.raw.get("verdict_key") if isinstance(s.raw.get("verdict_key"), str) else None)
             self.contract = merged(base, None, a.contract_pairs)
             self.meta = s.meta()
         if self.label:
@@ -269,6 +282,7 @@ class Target:
             L.results, L.label = self.results, self.label
             await self._stack.enter_async_context(L)
             self.mock_address = f"unix:{L.mock_socket}"
+            self.verdict_key = L.verdict_key
             self.address, self._dialer = L.address, L.dialer
             self.socket, self.token = str(L.address), L.token
             self.target_pid = L.target_proc.pid if L.target_proc else None
@@ -321,7 +335,9 @@ class Target:
         entry = None
         if self.join is not None and turn.outcome == "response" and not turn.duplicate:
             entry = await self.join.get(turn.nonce)
-        return judge(turn, plan, contract=self.contract, mock=entry, joined=self.join is not None, **kw)
+            for r in (entry or {}).get("records") or ():
+                self.llm_seen[(r.get("dialect"), r.get("stream"))] += 1
+        return judge(turn, plan, contract=self.contract, mock=entry, joined=self.join is not None, key=self.verdict_key, **kw)
 
     def alive(self) -> bool:
         try:

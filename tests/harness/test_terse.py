@@ -35,8 +35,10 @@ async def test_every_scenario_passes_on_the_mocks_record(kernel_factory, out_dir
         assert r.exit_code == 0, r.report
 
 
-async def test_without_the_mock_a_terse_kernel_has_no_verdict(kernel_factory, out_dir):
-    """The control: the same kernel, judged by its reply alone, fails every turn."""
+async def test_without_the_mock_a_terse_kernel_has_no_verdict(kernel_factory, out_dir, monkeypatch):
+    """The control: the same kernel, judged by its reply alone, fails every turn
+    (a bare socket without --mock needs a verdict key to be run at all)."""
+    monkeypatch.setenv("KSTRESS_VERDICT_KEY", "00" * 16)
     async with kernel_factory("--terse", tool_ms=100) as k:
         r = await run_batch(BatchSettings(ns=(2,), kinds=("batch",), rounds=1, out=out_dir, quiet=True), k.access(mock=False))
     assert r.exit_code == 1 and set(r.summary["rows"][0]["failures"]) == {"missing_verdict"}

@@ -1,10 +1,15 @@
 """harness.judge.verdict.judge: every way a turn can fail has a name; a turn whose
 tools did not run is never a pass and never a timing sample."""
 
+import functools
 import json
 
 from harness.wire.client import Turn
-from harness.judge.verdict import judge
+from harness.judge.verdict import judge as judge_authenticated
+
+# hand-made replies and replies of a mock without a verdict key: the line is
+# read as given here; tests/harness/test_forged_verdict.py holds authentication
+judge = functools.partial(judge_authenticated, authenticate=False)
 from mock import DEFAULT_CATALOG
 from mock.markers import build_plan, compose
 from mock.verdict import check, verdict_text
