@@ -9,6 +9,7 @@ __all__, __getattr__ = surface(__name__, {
     "comparison": ("CompareSpec", "Comparison", "RunPair", "SHAPE", "by_marker", "compare_runs", "final_line", "latency_rows", "load_span",
                    "passed_latency", "refusals", "render", "resource_rows", "sample_row", "throughput_row", "verdict_row", "write_output"),
     "htmlreport": ("render_html",),
+    "observed": ("count_log", "count_records", "llm_api_checks", "not_checked", "observed_entry"),
     "promexport": ("LiveMetrics", "render_prom"),
     "report": ("checks_section", "fmt_ms", "fmt_num", "fmt_pct", "header", "latency_by_marker_section", "md_code", "md_text"),
     "rundir": ("Check", "FLUSH_EVERY_S", "RunDir", "host_meta", "read_run"),

@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from .observed import not_checked
+
 
 _MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", "\\": "\\\\", "`": "\\`", "[": "\\[", "]": "\\]",
                              "|": "\\|", "\r": " ", "\n": " ⏎ "})
@@ -79,6 +81,8 @@ def checks_section(doc: dict[str, Any]) -> list[str]:
         out.append(f"- {'PASS' if c['passed'] else 'FAIL'} {md_text(c['name'])}" + (f" — {md_text(c['detail'])}" if c.get("detail") else ""))
     for sk in (doc.get("extras") or {}).get("skipped") or ():
         out.append(f"- SKIPPED {md_text(sk.get('check'))} — {md_text(sk.get('why'))}")
+    for name, why in not_checked(doc.get("extras") or {}):
+        out.append(f"- NOT CHECKED {md_text(name)} — {md_text(why)}")
     out.append("")
     out += failure_examples_section(doc)
     thresholds = (doc.get("summary") or {}).get("thresholds") or ()

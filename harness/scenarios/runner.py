@@ -48,6 +48,7 @@ from ..errors import (
 )
 from ..judge.forensics import Forensics, entry_of
 from ..results.comparison import CompareSpec
+from ..results.observed import count_log, count_records, llm_api_checks, observed_entry
 from ..results.rundir import FLUSH_EVERY_S, Check, RunDir, host_meta
 from ..results.stats import LogHistogram
 from ..sandbox.sut import Target
@@ -123,7 +124,7 @@ def orphan_checks(extras: dict[str, Any]) -> list[Check]:
 
 
 def all_checks(scenario: Scenario, summary: dict[str, Any], settings: dict[str, Any], extras: dict[str, Any]) -> list[Check]:
-    return scenario.checks(summary, settings) + orphan_checks(extras)
+    return scenario.checks(summary, settings) + orphan_checks(extras) + llm_api_checks(extras)
 
 
 def threshold_results(scenario: Scenario, rows: Rows, settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -330,6 +331,7 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
         error = error or first_error(exc)
     try:
         _keep_logs(rundir, targets)
+        run.extras["observed"] = [_observed(rundir, t) for t in targets]
         run.close_forensics()
     finally:
         run.forensics.close()
@@ -389,6 +391,23 @@ def _keep_logs(rundir: RunDir, targets: Sequence[Target]) -> None:
     for t in targets:
         if t.launch is not None and t.launch.run_dir is not None:
             t.launch.remove_run_dir()
+
+
+def _observed(rundir: RunDir, t: Target) -> dict[str, Any]:
+    """What the mock saw of this kernel's LLM requests (extras.observed): from
+    this run's copy of its mock's log when the log is this kernel's alone, else
+    from the mock's records of the turns its verdicts were joined to."""
+    meta = t.meta or {}
+    declared = (meta.get("workload") or {}).get("llm_api")
+    log = rundir.path / mock_log_name(t.label)
+    counts = count_log(log) if t.mock_log is not None and not t.kernel else None
+    if counts is None:
+        counts = count_records(t.llm_seen)
+    if t.mock_log is None and t.join is None:
+        why = "no mock log and no mock to ask (a bare --socket without --mock): not checked"
+    else:
+        why = "the mock recorded no request of this run's turns: not checked"
+    return observed_entry(t.label or t.kernel, declared, counts, why)
 
 
 def _exit_for(error: BaseException | None) -> tuple[int, str | None, str]:
