@@ -39,6 +39,7 @@ from ..errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_INCOMPLETE,
     EXIT_THRESHOLD,
     EXIT_USAGE,
     KstressError,
@@ -137,11 +138,14 @@ def threshold_results(scenario: Scenario, rows: Rows, settings: dict[str, Any]) 
 
 def verdict_of(checks: Sequence[Check], summary: dict[str, Any]) -> tuple[bool, int]:
     """passed and exit code of a run that completed: checks first (1), then
-    service levels (99, k6's code), else 0."""
-    if not all(c.passed for c in checks):
+    service levels (99, k6's code), then a core check that could not run (6:
+    a run that proved less than its scenario promises is no pass), else 0."""
+    if not all(c.passed for c in checks if c.ran):
         return False, EXIT_CHECKS_FAILED
     if not all(t["passed"] for t in summary.get("thresholds") or ()):
         return False, EXIT_THRESHOLD
+    if not all(c.ran for c in checks):
+        return False, EXIT_INCOMPLETE
     return True, EXIT_OK
 
 

@@ -125,3 +125,16 @@ def test_throughput_windows_stable_excludes_the_edges_and_peak_is_the_max():
     long = throughput_windows([row(t=float(x), latency=0.01) for x in range(600)])
     assert long["window_s"] == 10.0 and len(long["windows"]) <= 60
     assert throughput_windows([row(passed=False)]) is None
+
+
+def test_a_selected_marker_must_be_one_the_run_sends():
+    # the bad-input rows (tests/e2e/test_bad_inputs.py) show the refusal; here, what counts as sent
+    from harness.scenarios.findmax import FindmaxSettings
+    from harness.scenarios.stress import StressSettings
+
+    StressSettings(mix="!batch4:3,text:1", thresholds=("[!batch4,text]p95<1s", "[kernel=a]errors<1"))
+    StressSettings(mix="text", interrupts=2, thresholds=("[!batch2]p95<1s",))  # the interrupt inputs' marker
+    with pytest.raises(UsageError, match=r"marker !batch2 is not in the mix \(text\)"):
+        StressSettings(mix="text", thresholds=("[!batch2]p95<1s",))
+    with pytest.raises(UsageError, match=r"--slo '\[!img\]p95<1s': marker !img is not in the mix"):
+        FindmaxSettings(slos=("[!img]p95<1s",), mix="!batch4")
