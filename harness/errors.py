@@ -11,6 +11,8 @@
      |    +-- MockDied              5    the mock LLM exited during the run
      |    +-- ConnectorGone         5    the sandbox's connector (TCP and ws kernels) is gone
      +-- ChecksFailed               1  the run finished and some verdict failed
+    (no exception)                 6  incomplete: every check that ran held, but the scenario's core
+                                      check could not run (its contract declares the kernel lacks it)
     (no exception)                99  every check held but a --threshold (a service level) failed
 
     (no exception)               130  interrupted: SIGINT, SIGTERM or SIGHUP cancel the run at the
@@ -25,6 +27,7 @@ EXIT_USAGE = 2
 EXIT_TARGET = 3
 EXIT_INTERNAL = 4
 EXIT_INFRA = 5
+EXIT_INCOMPLETE = 6  # what the scenario is for was not checked: never a pass
 EXIT_THRESHOLD = 99  # k6's code for a crossed threshold
 EXIT_INTERRUPTED = 130
 

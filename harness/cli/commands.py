@@ -22,6 +22,7 @@ from mock.markers import DEFAULT_MIXED_MS, DEFAULT_TOOL_MS
 from .. import __version__
 from .edge import Interrupt
 from ..errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_INTERRUPTED, KstressError, UsageError
+from ..judge.contract import CONTRACT_HELP
 
 
 class FiniteFloat(click.types.FloatParamType):
@@ -122,7 +123,7 @@ def _target_params(multi: bool = False) -> list[click.Parameter]:
         click.Option(["--env", "env_pairs"], multiple=True, metavar="KEY=VALUE",
                      help="An environment variable for the target (repeatable; placeholders such as {llm_url}, {llm_root}, {token} are filled), e.g. --env OPENAI_BASE_URL={llm_url}."),
         click.Option(["--contract", "contract_pairs"], multiple=True, metavar="KEY=VALUE",
-                     help="The kernel's contract (repeatable; over the target file's [contract]): batch=whole-batch|barrier|parallel|serial, order=declared|any, dedup|interrupts|stats=true|false."),
+                     help=CONTRACT_HELP),
     ]
 
 

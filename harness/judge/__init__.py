@@ -5,7 +5,7 @@ a failed turn's whole story (forensics). Uses the wire below it."""
 from .. import surface
 
 __all__, __getattr__ = surface(__name__, {
-    "contract": ("Contract", "OTHER", "REFKERNEL", "from_json", "merged"),
+    "contract": ("CONTRACT_HELP", "Contract", "KEYS", "OTHER", "REFKERNEL", "from_json", "merged"),
     "forensics": ("Forensics", "entry_of", "story"),
     "mockjoin": ("MockJoin", "check_mock_address"),
     "verdict": ("SCHEDULE_FAILURES", "TurnVerdict", "failure_counts", "failure_name", "is_timing_sample", "judge"),

@@ -13,7 +13,9 @@ rule as a law.
     dedup       the kernel has a replay guard (the dedup probe runs)
     interrupts  it takes interrupt-priority inputs
     stats       it answers a stats frame (kernel counters, the sampler's queue)
-    sessions    it keeps a history per `session` of the input frames (protocol v1)
+    sessions    it keeps a history per `session` of the input frames (protocol v1):
+                the sessions scenario checks isolation only when true, and
+                under false ends incomplete (exit 6), never PASS
 
 Declared in a target file's `[contract]` table and by `--contract KEY=VALUE`
 (repeatable, later wins); recorded in state.json and run.json.
@@ -76,6 +78,23 @@ class Contract:
 REFKERNEL = Contract()
 OTHER = Contract(dedup=False, interrupts=False, stats=False, sessions=False)
 KEYS = tuple(f.name for f in fields(Contract))
+
+# Each key's values and what it decides, for --contract's help (docs/targets.md
+# has the long form); a key missing here fails at import, so none goes undocumented.
+KEY_HELP = {
+    "batch": "whole-batch|barrier|parallel|serial: how a batch holding a not-parallel-safe call is scheduled",
+    "order": "declared|any: the order tool results go back in",
+    "dedup": "true|false: a replay guard (stress's dedup probe runs)",
+    "interrupts": "true|false: interrupt-priority inputs (stress --interrupts)",
+    "stats": "true|false: it answers a stats frame (kernel counters, queue)",
+    "sessions": "true|false: a history per `session` (the sessions scenario checks isolation only when true; false ends it incomplete, exit 6)",
+}
+assert tuple(KEY_HELP) == KEYS, "every contract key needs its help"
+CONTRACT_HELP = (
+    "The kernel's contract (repeatable; over the target file's [contract]): "
+    + "; ".join(f"{k}={v}" for k, v in KEY_HELP.items())
+    + ". Defaults: the reference kernel's all true, whole-batch, declared; any other kernel's dedup, interrupts, stats and sessions false (docs/targets.md)."
+)
 
 
 def _value(key: str, raw: Any, where: str) -> Any:

@@ -49,7 +49,7 @@ def fmt_num(v: Any, fmt: str = "{:.3g}") -> str:
 
 def header(doc: dict[str, Any], title: str) -> list[str]:
     started = dt.datetime.fromtimestamp(doc.get("started", 0), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-    status = "PASS" if doc.get("passed") else ("FAIL (a threshold)" if doc.get("exit_code") == 99 else "FAIL")
+    status = "PASS" if doc.get("passed") else {99: "FAIL (a threshold)", 6: "INCOMPLETE (a core check could not run)"}.get(doc.get("exit_code"), "FAIL")
     out = [f"# kstress {title} — {status}", ""]
     code = doc.get("exit_code")
     out.append(f"- started {started}, {doc.get('duration_s') or 0:.1f} s, " + (f"exit code {code}" if code is not None else "never finished (no exit code)"))
@@ -78,7 +78,8 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
 def checks_section(doc: dict[str, Any]) -> list[str]:
     out = ["## Checks", ""]
     for c in doc.get("checks", []):
-        out.append(f"- {'PASS' if c['passed'] else 'FAIL'} {md_text(c['name'])}" + (f" — {md_text(c['detail'])}" if c.get("detail") else ""))
+        mark = "NOT RUN" if c.get("ran") is False else "PASS" if c["passed"] else "FAIL"
+        out.append(f"- {mark} {md_text(c['name'])}" + (f" — {md_text(c['detail'])}" if c.get("detail") else ""))
     for sk in (doc.get("extras") or {}).get("skipped") or ():
         out.append(f"- SKIPPED {md_text(sk.get('check'))} — {md_text(sk.get('why'))}")
     for name, why in not_checked(doc.get("extras") or {}):

@@ -60,14 +60,20 @@ def host_meta() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Check:
-    """One pass/fail statement of a run (printed and stored)."""
+    """One pass/fail statement of a run (printed and stored). ``ran=False``:
+    the scenario's core check could not run (``passed`` is then False, and
+    the run ends incomplete, exit 6, unless something failed)."""
 
     name: str
     passed: bool
     detail: str = ""
+    ran: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "detail": self.detail}
+        d: dict[str, Any] = {"name": self.name, "passed": self.passed, "detail": self.detail}
+        if not self.ran:
+            d["ran"] = False
+        return d
 
 
 LATEST = "latest"

@@ -21,7 +21,7 @@ def verdict(doc: dict[str, Any]) -> str:
         return f"{status} (exit {doc.get('exit_code')})"
     if doc.get("passed"):
         return "PASS"
-    return "FAIL (threshold)" if doc.get("exit_code") == 99 else f"FAIL (exit {doc.get('exit_code')})"
+    return {99: "FAIL (threshold)", 6: "INCOMPLETE (exit 6)"}.get(doc.get("exit_code"), f"FAIL (exit {doc.get('exit_code')})")
 
 
 def headline(doc: dict[str, Any]) -> str:

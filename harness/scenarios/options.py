@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..judge.contract import CONTRACT_HELP
 
 CLI = "kstress.cli"
 
@@ -92,7 +93,7 @@ def check_timeouts(settings: Any) -> None:
 
 
 def contract_opt() -> Any:
-    return opt((), "--contract", str, "The kernel's contract, KEY=VALUE, repeatable (docs/targets.md): batch=whole-batch|barrier|parallel|serial, order=declared|any, dedup/interrupts/stats=true|false.", multiple=True, show_default=False)
+    return opt((), "--contract", str, CONTRACT_HELP, multiple=True, show_default=False)
 
 
 def metrics_opt() -> Any:

@@ -160,8 +160,6 @@ class _SessionLoad:
         before the first turn, and the load's clock."""
         self.run = run
         targets, kernel_conns = self.targets, self.kernel_conns
-        if not targets[0].contract.sessions:
-            run.extras.setdefault("skipped", []).append({"check": "every session kept its own history", "why": "the contract says sessions=false"})
         # kernel i's connections are conns[base[i] : base[i] + kernel_conns[i]]
         self.base = [sum(kernel_conns[:i]) for i in range(len(targets))]
         self.conns: list[KernelClient | None] = [None] * sum(kernel_conns)
@@ -375,11 +373,22 @@ def render_sessions(doc: dict[str, Any], s: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+ISOLATION = "every session kept its own history"
+
+
 def sessions_all_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
     checks = sessions_checks(s, settings)
     if settings.get("contract_sessions", True):
-        checks.append(Check("every session kept its own history", s["history_failures"] == 0,
-                            s["history_example"] or "turn t carried exactly turns 1..t-1 of its own session, in every session"))
+        checks.append(Check(ISOLATION, s["history_failures"] == 0,
+                            s["history_example"] or "turn t carried exactly turns 1..t-1 of its own session, each whole, in every session"))
+    else:
+        # Isolation is what this scenario is for: a kernel that declares no
+        # sessions cannot have it checked, and a run that checked only the
+        # verdicts must not read as a pass of it (exit 6, docs/results.md).
+        checks.append(Check(ISOLATION, False, ran=False, detail=(
+            "not checked: the contract says sessions=false (the default for any kernel but the reference kernel), "
+            "so the turns' histories were not held to their sessions; what ran proves only the verdicts above. "
+            "A kernel that keeps a history per session declares sessions=true (--contract sessions=true, docs/targets.md)")))
     return checks
 
 

@@ -102,3 +102,23 @@ def test_a_bad_catalog_with_socket_is_exit_2_naming_the_file(tmp_path):
 def test_the_commands_keep_their_names():
     names = set(kcli.cli.list_commands(click.Context(kcli.cli)))
     assert {"stress", "batch", "abtest", "cmp", "hold", "report", "mock", "launch", "stop", "status", "kcli"} <= names
+
+
+def test_every_contract_key_is_documented_and_in_the_help():
+    """Issue 22 item 3: `sessions` was a contract key that neither docs/targets.md
+    nor --contract's help named, so a kernel never declared it and was not held to it."""
+    from harness.judge.contract import KEYS, Contract
+
+    assert KEYS == tuple(f.name for f in dataclasses.fields(Contract))
+    targets = (REPO / "docs" / "targets.md").read_text()
+    section = targets.split("## The kernel contract", 1)[1].split("\n## ", 1)[0]
+    for key in KEYS:
+        assert f"\n| `{key}` |" in section, f"docs/targets.md's contract table has no row for {key}"
+        assert f"\n{key} = " in section, f"docs/targets.md's [contract] example does not show {key}"
+    for command in ("stress", "sessions", "launch", "cmp"):
+        out = subprocess.run([sys.executable, "-m", "harness", command, "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        text = " ".join(out.stdout.split())
+        help_ = text.split("--contract", 1)[1].split("(docs/targets.md)", 1)[0]
+        missing = [k for k in KEYS if f"{k}=" not in help_]
+        assert missing == [], f"kstress {command} --help: --contract does not name {missing}"

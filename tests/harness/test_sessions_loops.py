@@ -5,6 +5,11 @@ refkernel, real socket."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
+from pathlib import Path
+
 import pytest
 
 from harness.results.rundir import read_jsonl
@@ -12,6 +17,7 @@ from harness.scenarios import BatchSettings, SessionsSettings, StressSettings, r
 
 pytestmark = pytest.mark.slow
 LOOPS = "!loop5:2:1,!loop10:1:1"
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def test_tool_loops_pass(kernel_factory, out_dir):
@@ -69,11 +75,37 @@ async def test_a_history_without_the_answers_fails_by_name(kernel_factory, out_d
 
 
 async def test_a_kernel_without_sessions_is_not_held_to_them(kernel_factory, out_dir):
-    """Contract sessions=false: its history is nobody's business; the check is skipped, and said so."""
+    """Contract sessions=false: its history is not held to its sessions, so the
+    isolation check does not run -- and the run says so instead of passing (exit 6)."""
     async with kernel_factory("--fault", "drop-history") as k:
         r = await run_sessions(SessionsSettings(sessions=2, turns=3, out=out_dir, quiet=True), k.access("sessions=false"))
-    assert r.exit_code == 0, r.report
-    assert "SKIPPED every session kept its own history — the contract says sessions=false" in r.report
+    assert (r.exit_code, r.passed) == (6, False), r.report
+    assert [(c.name, c.passed, c.ran) for c in r.checks][-1] == ("every session kept its own history", False, False)
+    assert all(c.passed for c in r.checks if c.ran)
+    assert "NOT RUN every session kept its own history — not checked: the contract says sessions=false" in r.report
+    assert "INCOMPLETE" in r.report.splitlines()[0] and "PASS" not in r.report.splitlines()[0]
+    # kstress report recomputes the same verdict from the files
+    doc = json.loads((r.dir / "run.json").read_text())
+    assert (doc["passed"], doc["exit_code"], doc["checks"][-1].get("ran")) == (False, 6, False)
+
+
+async def test_sessions_cli_on_a_shared_history_kernel_without_the_contract_key_is_no_pass(kernel_factory, tmp_path):
+    """Issue 22 item 3: a kernel that shares one history across every session
+    (session-crosstalk, all sessions on one connection), run with no --contract:
+    any kernel but the reference one defaults to sessions=false, and this
+    printed PASS beside 'SKIPPED every session kept its own history', exit 0."""
+    async with kernel_factory("--fault", "session-crosstalk") as k:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "harness", "sessions", "--socket", str(k.socket), "--token", k.token, "--mock", k.mock_url,
+            "--sessions", "3", "--turns", "3", "--conns", "1", "--out", str(tmp_path / "runs"), "--quiet",
+            cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    text = out.decode()
+    assert proc.returncode == 6, (text, err.decode())
+    assert text.startswith("# kstress sessions — INCOMPLETE"), text
+    assert "PASS every session kept its own history" not in text and "NOT RUN every session kept its own history" in text
+    assert "sessions=true" in text  # the fix is named
 
 
 async def test_turn_anatomy_adds_up_and_a_kernel_delay_lands_in_overhead(kernel_factory, out_dir):
