@@ -7,7 +7,7 @@ test however a run reaches it. Uses ``wire`` and ``judge``."""
 from .. import surface
 
 __all__, __getattr__ = surface(__name__, {
-    "launcher": ("LaunchSettings", "read_line", "tree_rss_mb"),
+    "launcher": ("LaunchSettings", "copy_logs", "read_line", "tree_rss_mb"),
     "namespace": ("Sandbox", "processes_in"),
     "state": ("SandboxState", "read_state"),
     "supervisor": ("require_running", "start_detached", "stop_running", "supervise"),

@@ -31,7 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import psutil
 
@@ -43,7 +43,7 @@ from ..judge.contract import Contract
 from ..errors import ConnectorGone, TargetError, UsageError
 from ..wire.protocol import load_protocol
 from .state import STATE_NAME, invoking_ids, pointer_path, state_home  # noqa: F401 - re-exported
-from .target import TOKEN_ENV, TargetSpec, render, scrub
+from .target import REDACTED, TOKEN_ENV, TargetSpec, render, scrub
 from ..wire.transport import Address, Dialer
 
 SOCKET_NAME = "kernel.sock"
@@ -709,7 +709,7 @@ def _rescue_logs(sandbox_dir: Path) -> list[Path]:
         label = state.get("label") or ""
         logs = results / (f"logs-{label}" if label else "logs")
         if (sub / "logs").is_dir() and not logs.exists():
-            shutil.copytree(sub / "logs", logs, symlinks=True, dirs_exist_ok=True)
+            copy_logs(sub / "logs", logs, _secrets_of(state))
         mock_log = results / (f"mock-{label}.jsonl" if label else "mock.jsonl")
         if (sub / "mock.jsonl").is_file() and not mock_log.exists():
             shutil.copyfile(sub / "mock.jsonl", mock_log)
@@ -718,6 +718,37 @@ def _rescue_logs(sandbox_dir: Path) -> list[Path]:
     if homeless:
         where.append(_archive(sandbox_dir))
     return where
+
+
+def _secrets_of(state: dict[str, Any]) -> list[str]:
+    return [v for k in SECRET_FIELDS if isinstance(v := state.get(k), str)]
+
+
+def copy_logs(src: Path, dst: Path, secrets: Sequence[str | None]) -> None:
+    """A sandbox's logs directory to ``dst``, every secret replaced by
+    [redacted]: a kernel that prints its token (a debug line, its config) must
+    not hand it to whoever reads the run directory. The files are copied in
+    blocks (a log may be large), holding back a secret's length but one at each
+    block's end, so a secret split across two blocks is found too."""
+    needles = [x.encode() for x in secrets if x and len(x) >= 4]  # as scrub: a short "secret" would blank the logs
+    hold = max(map(len, needles), default=1) - 1
+    dst.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        if f.is_symlink() or not f.is_file():
+            continue  # kstress writes only files there; anything else a process made is not a log of ours
+        with open(f, "rb") as fin, open(dst / f.name, "wb") as fout:
+            carry = b""
+            while True:
+                block = fin.read(1 << 20)
+                data = carry + block
+                for n in needles:
+                    data = data.replace(n, REDACTED.encode())
+                if not block:
+                    fout.write(data)
+                    break
+                cut = len(data) - hold
+                fout.write(data[:cut])
+                carry = data[cut:]
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -744,15 +775,14 @@ def _archive(sandbox_dir: Path) -> Path:
     for sub in (sandbox_dir, *(p.parent for p in sandbox_dir.glob(f"*/{STATE_NAME}"))):
         to = dest / sub.relative_to(sandbox_dir)
         to.mkdir(mode=0o700, exist_ok=True)
+        kept = _read_json(sub / STATE_NAME)
         if (sub / "logs").is_dir():
-            shutil.copytree(sub / "logs", to / "logs", symlinks=True, dirs_exist_ok=True)
+            copy_logs(sub / "logs", to / "logs", _secrets_of(kept))
         for name in ("mock.jsonl", TEARDOWN_NAME):
             if (sub / name).is_file():
                 shutil.copyfile(sub / name, to / name)
-        kept = _read_json(sub / STATE_NAME)
         if kept:
-            secrets = [v for k in SECRET_FIELDS if isinstance(v := kept.get(k), str)]
-            kept = scrub({k: v for k, v in kept.items() if k not in SECRET_FIELDS}, secrets)
+            kept = scrub({k: v for k, v in kept.items() if k not in SECRET_FIELDS}, _secrets_of(kept))
             (to / STATE_NAME).write_text(json.dumps({**kept, **dict.fromkeys(SECRET_FIELDS)}, indent=2))
     give_to_invoking_user(dest, *(p for p in dest.rglob("*") if not p.is_symlink()))
     old = sorted((p for p in swept.iterdir() if p.is_dir() and not p.is_symlink()), key=lambda p: p.stat().st_mtime, reverse=True)

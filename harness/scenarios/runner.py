@@ -52,6 +52,7 @@ from ..results.comparison import CompareSpec
 from ..results.observed import count_log, count_records, llm_api_checks, observed_entry
 from ..results.rundir import FLUSH_EVERY_S, Check, RunDir, host_meta
 from ..results.stats import LogHistogram
+from ..sandbox.launcher import copy_logs
 from ..sandbox.sut import Target
 from ..sandbox.target import scrub
 from ..results.thresholds import evaluate, parse_thresholds
@@ -390,7 +391,7 @@ def _keep_logs(rundir: RunDir, targets: Sequence[Target]) -> None:
         if t.launch is not None and t.launch.run_dir is not None:
             # the sandbox's own directory goes; its process logs stay with the results
             logs = rundir.path / (f"logs-{t.label}" if t.label else f"logs-{t.kernel}" if t.kernel else "logs")
-            shutil.copytree(t.launch.logs, logs, dirs_exist_ok=True)
+            copy_logs(t.launch.logs, logs, t.launch.secrets)  # a kernel may print its token
     # after every copy: a joined kernel's directory is inside its host's
     for t in targets:
         if t.launch is not None and t.launch.run_dir is not None:

@@ -279,3 +279,24 @@ def test_a_stopped_or_dead_detached_sandbox_is_swept_by_the_next_launch_with_its
     dead = Path(second["run_dir"])
     assert not dead.exists() and (cli.home / "swept" / dead.name / "logs" / "target.err").exists()
     assert f"swept {dead}" in r.stderr and str(cli.home / "swept" / dead.name) in r.stderr
+
+
+def test_a_kernel_that_prints_its_token_has_it_redacted_in_the_kept_logs(cli, tmp_path):
+    """Before: the run directory's logs/ was the sandbox's copied byte for
+    byte, so a kernel that logged its token handed it to whoever reads the run
+    (issue 22 item 13: redact it everywhere kstress writes it)."""
+    seen = tmp_path / "token.txt"
+    refkernel = Path(sys.executable).with_name("refkernel")
+    w = _exe(tmp_path / "chatty", f"""\
+        printf '%s' "$KSTRESS_TOKEN" > {seen}
+        echo "debug: my token is $KSTRESS_TOKEN" >&2
+        exec {refkernel} "$@"
+        """)
+    r = cli.run("stress", "--launch", "--bin", str(w), "--conns", "1", "--inputs", "2", "--mix", "text:1", "--quiet", "--out", str(cli.out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    token = seen.read_text()
+    assert len(token) >= 8
+    run = Path(r.stdout.strip().splitlines()[-1].removeprefix("run: "))
+    err = (run / "logs" / "target.err").read_text()
+    assert "debug: my token is [redacted]" in err and token not in err
+    assert not any(token in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file())

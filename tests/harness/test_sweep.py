@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from harness.sandbox.launcher import OWNER_LOCK, SWEPT_KEEP, sweep_sandbox_dirs
+from harness.sandbox.launcher import OWNER_LOCK, SWEPT_KEEP, copy_logs, sweep_sandbox_dirs
 
 
 def sandbox_dir(root: Path, name: str, results: str | None = None, token: str = "tok-0123456789") -> Path:
@@ -52,7 +52,7 @@ def test_logs_no_run_directory_takes_go_to_the_state_home_without_secrets(tmp_pa
     assert sorted(sweep_sandbox_dirs(root, said.append)) == [detached, relative]
     for d in (detached, relative):
         kept = home / "swept" / d.name
-        assert (kept / "logs" / "target.err").read_text().startswith("a kernel's stderr") and (kept / "mock.jsonl").exists()
+        assert (kept / "logs" / "target.err").read_text() == "a kernel's stderr, quoting [redacted]\n" and (kept / "mock.jsonl").exists()
         state = (kept / "state.json").read_text()
         assert "tok-0123456789" not in state and "ab" * 16 not in state
         assert json.loads(state)["token"] is None and any(f"swept {d}" in s and str(kept) in s for s in said)
@@ -80,3 +80,12 @@ def test_the_state_home_keeps_the_newest_swept_logs(tmp_path, monkeypatch):
         assert len(sweep_sandbox_dirs(root, lambda _: None)) == 1
     left = sorted(p.name for p in (home / "swept").iterdir())
     assert len(left) == SWEPT_KEEP and left[-1] == f"kst-{SWEPT_KEEP + 2:02d}"
+
+
+def test_copy_logs_finds_a_secret_split_across_two_blocks(tmp_path):
+    src = tmp_path / "logs"
+    src.mkdir()
+    secret = "0123456789abcdef"
+    (src / "target.out").write_bytes(b"x" * ((1 << 20) - 5) + secret.encode() + b" tail\n" + secret.encode())
+    copy_logs(src, tmp_path / "out", (secret, None, "ab"))  # None and a too-short value: ignored
+    assert (tmp_path / "out" / "target.out").read_bytes() == b"x" * ((1 << 20) - 5) + b"[redacted] tail\n[redacted]"
