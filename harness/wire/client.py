@@ -25,18 +25,41 @@ from typing import Any
 from mock.markers import compose
 
 from ..aio import grace
-from .protocol import FrameKind, HandshakeError, Protocol, ProtocolError
+from .protocol import MAX_FRAME, FrameKind, HandshakeError, Protocol, ProtocolError
 from .transport import CAPACITY_ERRNOS, Address, ConnError, Dialer, open_socket, open_unix, parse_address  # noqa: F401 - re-exported
 
-READ_LIMIT = 1 << 21  # above the protocol's 1 MiB frame limit
+# The default adapter's frame limit is the read limit: a longer line is a
+# protocol error, and a stream reader holds at most twice its limit before it
+# stops reading the socket (an adapter with a larger max_frame gets its own)
+READ_LIMIT = MAX_FRAME
 
-# What one connection may hold, whatever a kernel sends (docs/results.md, "flood"):
+# What one connection may hold, whatever a kernel sends (docs/results.md, "flood").
+# Sizes are the frames' bytes on the wire, so a few large frames count as much
+# as many small ones: before, 256 stashed frames of 256 KiB were 64 MiB a connection.
 NOTIFY_KEPT = 16  # notify frames kept (all are counted)
+NOTIFY_FRAME_KEPT = 4 << 10  # a longer notify frame is counted, not kept
 STASH_MAX = 256  # frames for inputs nobody waits for (late or unknown ids), kept until read
+STASH_BYTES = 1 << 20  # and their bytes: beyond, the oldest go (the newest is always kept)
 TURN_FRAMES_KEPT = 1000  # frames of one turn kept for the record (all are counted)
-TURN_TEXT_MAX = 16 << 20  # characters of one turn's answer: beyond, the turn is a flood
+TURN_BYTES_MAX = 2 << 20  # bytes of one turn's frames before its last: beyond, the turn is a flood
 FLOOD_FRAMES = 10_000  # frames not of the awaited turn while waiting for it: a flood
+FLOOD_BYTES = 16 << 20  # or their bytes: sixteen frames at the frame limit
 CLOSE_GRACE_S = 1.0  # a connection whose peer never reads is aborted after this
+
+
+class _CountingReader(asyncio.StreamReader):
+    """A StreamReader that knows how many bytes were taken from it: the wire
+    size of each frame, whatever the adapter's framing."""
+
+    received = 0
+
+    def feed_data(self, data: bytes) -> None:
+        self.received += len(data)
+        super().feed_data(data)
+
+    @property
+    def consumed(self) -> int:
+        return self.received - len(self._buffer)
 
 
 @dataclass(slots=True)
@@ -62,6 +85,7 @@ class Turn:
     conn_kind: str | None = None  # a ConnError kind, for the verdict
     frames_dropped: int = 0  # frames of this turn beyond TURN_FRAMES_KEPT: counted, not kept
     text_chars: int = 0
+    bytes: int = 0  # of its frames on the wire (all but the one that ended it)
 
     def lost(self, kind: str, message: str) -> None:
         self.outcome, self.conn_kind, self.conn_error = "conn_error", kind, message
@@ -140,10 +164,13 @@ class KernelClient:
         self.notify_count = 0
         self.stash_dropped = 0
         self._stashed = 0
-        self._reader: asyncio.StreamReader | None = None
+        self._stashed_bytes = 0
+        self._size = 0  # the wire size of the frame read last
+        self._reader: _CountingReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._ws: Any = None  # a wsconn.WsChannel
         self._stash: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+        self._stash_sizes: dict[str, list[int]] = {}  # the wire size of each stashed frame
         self._stats: list[dict[str, Any]] = []
         self._read_lock = asyncio.Lock()
         self._eof = False
@@ -157,10 +184,8 @@ class KernelClient:
         try:
             if self.address.scheme == "ws":
                 await self._open_ws(sock, deadline)
-            elif self.address.scheme == "unix":
-                self._reader, self._writer = await asyncio.open_unix_connection(sock=sock, limit=READ_LIMIT)
             else:
-                self._reader, self._writer = await asyncio.open_connection(sock=sock, limit=READ_LIMIT)
+                await self._open_stream(sock)
         except BaseException:
             sock.close()
             raise
@@ -181,10 +206,21 @@ class KernelClient:
             raise
         return self
 
+    async def _open_stream(self, sock: Any) -> None:
+        """asyncio.open_(unix_)connection, with a reader that counts bytes."""
+        loop = asyncio.get_running_loop()
+        reader = _CountingReader(limit=self.protocol.max_frame, loop=loop)
+        proto = asyncio.StreamReaderProtocol(reader, loop=loop)
+        if self.address.scheme == "unix":
+            transport, _ = await loop.create_unix_connection(lambda: proto, sock=sock)
+        else:
+            transport, _ = await loop.create_connection(lambda: proto, sock=sock)
+        self._reader, self._writer = reader, asyncio.StreamWriter(transport, proto, reader, loop)
+
     async def _open_ws(self, sock: Any, deadline: float) -> None:
         from .wsconn import WsChannel  # aiohttp loads only for a WebSocket kernel
 
-        self._ws = await WsChannel.open(sock, self.address, deadline, READ_LIMIT, CLOSE_GRACE_S)
+        self._ws = await WsChannel.open(sock, self.address, deadline, self.protocol.max_frame, CLOSE_GRACE_S)
         # bound per instance: the byte-stream path keeps its methods, and no
         # frame on either path pays a test of which transport it is on
         self._send = self._ws_send  # type: ignore[method-assign]
@@ -230,8 +266,11 @@ class KernelClient:
             raise ConnError("reset", f"{self.path}: connection lost while sending ({exc})") from None
 
     async def _recv_raw(self) -> dict[str, Any]:
-        assert self._reader is not None
-        frame = await self.protocol.read_frame(self._reader)
+        reader = self._reader
+        assert reader is not None
+        before = reader.consumed
+        frame = await self.protocol.read_frame(reader)
+        self._size = reader.consumed - before
         if frame is None:
             self._eof = True
             raise EOFError("kernel closed the connection")
@@ -253,6 +292,7 @@ class KernelClient:
         except EOFError:
             self._eof = True
             raise
+        self._size = len(data)
         return self.protocol.decode_message(data)
 
     def _abort(self) -> None:
@@ -280,27 +320,38 @@ class KernelClient:
                     now = time.monotonic()
                     kind, fid = self.protocol.classify(frame)
                     if kind is FrameKind.NOTIFY:
-                        self.notifications.append(frame)
+                        self._notify(frame)
                     elif kind is FrameKind.STATS:
                         self._stats.append(frame)
                     else:
-                        self._stash_frame(fid, now, frame)
+                        self._stash_frame(fid, now, frame, self._size)
 
-    def _stash_frame(self, fid: str | None, t: float, frame: dict[str, Any]) -> None:
+    def _notify(self, frame: dict[str, Any]) -> None:
+        self.notify_count += 1
+        if self._size <= NOTIFY_FRAME_KEPT:
+            self.notifications.append(frame)
+
+    def _stash_frame(self, fid: str | None, t: float, frame: dict[str, Any], size: int) -> None:
         """A frame for an input nobody waits for now: kept (bounded) until its
-        turn collects it; beyond STASH_MAX the oldest go, counted."""
-        if self._stashed >= STASH_MAX:
-            oldest = next(iter(self._stash))
-            self._stashed -= len(self._stash.pop(oldest))
+        turn collects it; beyond STASH_MAX frames or STASH_BYTES the oldest
+        inputs' frames go, counted."""
+        while self._stash and (self._stashed >= STASH_MAX or self._stashed_bytes + size > STASH_BYTES):
+            self._unstash(next(iter(self._stash)))
             self.stash_dropped += 1
-        self._stash.setdefault(fid or "", []).append((t, frame))
+        key = fid or ""
+        self._stash.setdefault(key, []).append((t, frame))
+        self._stash_sizes.setdefault(key, []).append(size)
         self._stashed += 1
+        self._stashed_bytes += size
 
-    def _unstash(self, key: str) -> list[tuple[float, dict[str, Any]]] | None:
+    def _unstash(self, key: str) -> list[tuple[float, dict[str, Any], int]] | None:
         frames = self._stash.pop(key, None)
-        if frames:
-            self._stashed -= len(frames)
-        return frames
+        if not frames:
+            return None
+        sizes = self._stash_sizes.pop(key)
+        self._stashed -= len(frames)
+        self._stashed_bytes -= sum(sizes)
+        return [(t, f, n) for (t, f), n in zip(frames, sizes)]
 
     # --- turns -----------------------------------------------------------------
 
@@ -329,7 +380,7 @@ class KernelClient:
             return turn
         key = turn.input_id
         classify = self.protocol.classify
-        stray = 0
+        stray = stray_bytes = 0
         notify0 = self.notify_count
         try:
             # one timeout for the whole turn (asyncio.wait_for would make a task per frame)
@@ -337,8 +388,10 @@ class KernelClient:
                 while turn.outcome == "pending":
                     stashed = self._unstash(key)  # read for us by another reader
                     if stashed:
-                        for t, frame in stashed:
-                            self._apply(turn, t, frame, classify(frame)[0])
+                        for t, frame, size in stashed:
+                            self._apply(turn, t, frame, classify(frame)[0], size)
+                            if turn.outcome == "flood":
+                                break
                         continue
                     if self._eof:
                         break
@@ -350,22 +403,23 @@ class KernelClient:
                         except EOFError:
                             break
                         now = time.monotonic()
+                        size = self._size
                         kind, fid = classify(frame)
                         if fid == key and kind is not FrameKind.NOTIFY and kind is not FrameKind.STATS:
-                            self._apply(turn, now, frame, kind)
+                            self._apply(turn, now, frame, kind, size)
                             continue
                         if kind is FrameKind.NOTIFY:
-                            self.notifications.append(frame)
-                            self.notify_count += 1
+                            self._notify(frame)
                         elif kind is FrameKind.STATS:
                             self._stats.append(frame)
-                            del self._stats[:-4]
+                            del self._stats[:-1]  # a stats() waiting on another task wants the latest
                         else:
-                            self._stash_frame(fid, now, frame)
+                            self._stash_frame(fid, now, frame, size)
                         stray += 1
-                        if stray >= FLOOD_FRAMES:
+                        stray_bytes += size
+                        if stray >= FLOOD_FRAMES or stray_bytes > FLOOD_BYTES:
                             n = self.notify_count - notify0
-                            self._flood(turn, f"{stray} frames that were not this turn's while waiting for it ({n} notify, {stray - n} other)")
+                            self._flood(turn, f"{stray} frames that were not this turn's while waiting for it ({n} notify, {stray - n} other; {stray_bytes} bytes)")
         except TimeoutError:
             turn.outcome = "timeout"
             return turn
@@ -388,7 +442,15 @@ class KernelClient:
         self._eof = True
         self._abort()
 
-    def _apply(self, turn: Turn, t: float, frame: dict[str, Any], kind: FrameKind) -> None:
+    def _apply(self, turn: Turn, t: float, frame: dict[str, Any], kind: FrameKind, size: int) -> None:
+        if kind is not FrameKind.TERMINAL and kind is not FrameKind.ERROR:
+            # the frame that ends the turn is bounded by the frame limit alone:
+            # an answer streamed in deltas and repeated whole at the end fits
+            turn.bytes += size
+            if turn.bytes > TURN_BYTES_MAX:
+                n = len(turn.frames) + turn.frames_dropped + 1
+                self._flood(turn, f"more than {TURN_BYTES_MAX} bytes of frames for this turn ({turn.bytes} in {n} frames, {turn.text_chars} characters of answer)")
+                return
         if len(turn.frames) < TURN_FRAMES_KEPT:
             turn.frames.append((t, frame))
         else:
@@ -398,9 +460,6 @@ class KernelClient:
         if kind is FrameKind.DELTA:
             text = self.protocol.text_of(frame)
             turn.text_chars += len(text)
-            if turn.text_chars > TURN_TEXT_MAX:
-                self._flood(turn, f"an answer of more than {TURN_TEXT_MAX} characters in {len(turn.deltas) + 1} deltas")
-                return
             turn.deltas.append(text)
         elif kind is FrameKind.TERMINAL:
             turn.response_text = self.protocol.text_of(frame)

@@ -5,6 +5,9 @@ unix socket, started like the reference kernel (`--socket S --llm-url U
 
     mute       accepts connections and never reads a byte
     flood      authenticates, then sends small notify frames for ever
+    flood-answer  answers the first input with small deltas of its own id, for ever
+    flood-stray   answers the first input with 512 KiB frames for ids nobody sent, for ever
+    flood-notes   answers the first input with 512 KiB notify frames, for ever
     oversize   authenticates, then answers every input with a 2 MiB line
     stats-only authenticates and answers stats frames, never an input
 
@@ -46,6 +49,8 @@ async def serve(mode: str, reader: asyncio.StreamReader, writer: asyncio.StreamW
                 await writer.drain()
         while True:
             frame = json.loads(await reader.readuntil(b"\n"))
+            if mode in FLOODS and frame.get("type") == "input":
+                await flood(mode, json.dumps(frame.get("id")).encode(), writer)
             if frame.get("type") == "stats":
                 writer.write(b'{"type":"stats","executed":0}\n')
             elif mode == "oversize":
@@ -55,6 +60,24 @@ async def serve(mode: str, reader: asyncio.StreamReader, writer: asyncio.StreamW
         pass  # the client went, or the server is closing: either ends this connection
     finally:
         writer.close()
+
+
+FLOODS = ("flood-answer", "flood-stray", "flood-notes")
+
+
+async def flood(mode: str, fid: bytes, writer: asyncio.StreamWriter) -> None:
+    """Frames after an input, for ever: what a harness holds of them must stay bounded."""
+    big = b"s" * (512 << 10)
+    n = 0
+    while True:
+        n += 1
+        if mode == "flood-answer":
+            writer.write((b'{"type":"delta","id":' + fid + b',"text":"' + b"z" * 16 + b'"}\n') * 64)
+        elif mode == "flood-stray":
+            writer.write(b'{"type":"delta","id":"nobody-%d","text":"' % n + big + b'"}\n')
+        else:
+            writer.write(b'{"type":"notify","text":"' + big + b'"}\n')
+        await writer.drain()
 
 
 async def main(mode: str, path: str) -> None:
@@ -74,7 +97,7 @@ async def main(mode: str, path: str) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("mute", "flood", "oversize", "stats-only"))
+    ap.add_argument("mode", choices=("mute", "flood", *FLOODS, "oversize", "stats-only"))
     ap.add_argument("--socket", required=True)
     ap.add_argument("--llm-url")
     ap.add_argument("--data-dir")
