@@ -68,6 +68,7 @@ CASES = [
     ("cmp-min-effect", ["cmp", "refkernel", "refkernel", "--min-effect", "2"], 2, ["--min-effect 2"]),
     ("cmp-bombard-0", ["cmp", "refkernel", "refkernel", "--bombard-conns", "0"], 2, ["--bombard-conns 0"]),
     ("cmp-mechanism", ["cmp", "refkernel", "refkernel", "--mechanism", "chroot"], 2, ["'chroot' is not one of"]),
+    ("socket-without-mock", ["stress", "--socket", "{sock}", "--inputs", "1"], 2, ["without --mock", "--mock", "KSTRESS_VERDICT_KEY"]),  # was: verdict lines the kernel wrote itself passed
     ("findmax-conns-without-rate", ["findmax", "--socket", "{sock}", "--slo", "p95<1s", "--conns", "8"], 2, ["--conns 8: without --rate", "add --rate, or drop --conns"]),  # was: ignored
     ("threshold-marker-not-in-mix", ["stress", "--socket", "{sock}", "--mix", "!batch4", "--threshold", "[!batch8]errors<1"], 2, ["--threshold '[!batch8]errors<1': marker !batch8 is not in the mix (!batch4)", "add !batch8 to --mix"]),  # was: PASS over 0 turns
     ("sessions-threshold-marker-not-in-mix", ["sessions", "--socket", "{sock}", "--mix", "!batch4,text", "--threshold", "[!img]p95<1s"], 2, ["marker !img is not in the mix (!batch4,text)"]),  # was: FAIL late, exit 99
@@ -88,11 +89,11 @@ CASES = [
     ("socket-regular-file", ["stress", "--socket", "{w}/plain.txt"], 2, ["a regular file, not a unix socket"]),  # was: exit 1
     ("socket-directory", ["stress", "--socket", "{w}"], 2, ["a directory, not a unix socket"]),  # was: exit 1
     ("socket-too-long", ["stress", "--socket", "/tmp/" + "x" * 120 + ".sock"], 2, ["over the 107-byte limit"]),  # was: exit 1
-    ("socket-dead", ["stress", "--socket", "{w}/dead.sock"], 2, ["nobody is listening"]),
+    ("socket-dead", ["stress", "--socket", "{w}/dead.sock", "--mock", "http://127.0.0.1:9"], 2, ["nobody is listening"]),
     ("socket-bad-catalog", ["stress", "--socket", "{sock}", "--tools", "{w}/bad-catalog.toml"], 2, ["bad-catalog.toml", "--tools"]),  # was: exit 4, empty run dir
-    ("socket-wants-token", ["stress", "--socket", "{sock}"], 2, ["wants a token", "--token"]),  # was: resets and auth_required, no hint
-    ("socket-wrong-token", ["stress", "--socket", "{sock}", "--token", "wrong"], 2, ["refused the token"]),
-    ("out-unwritable", ["stress", "--socket", "{sock}", "--token", "secret", "--out", "/proc/x"], 2, ["--out /proc/x", "cannot create"]),  # was: traceback
+    ("socket-wants-token", ["stress", "--socket", "{sock}", "--mock", "http://127.0.0.1:9"], 2, ["wants a token", "--token"]),  # was: resets and auth_required, no hint
+    ("socket-wrong-token", ["stress", "--socket", "{sock}", "--token", "wrong", "--mock", "http://127.0.0.1:9"], 2, ["refused the token"]),
+    ("out-unwritable", ["stress", "--socket", "{sock}", "--token", "secret", "--mock", "http://127.0.0.1:9", "--out", "/proc/x"], 2, ["--out /proc/x", "cannot create"]),  # was: traceback
     ("state-is-a-list", ["stress", "--state", "{w}/list.json"], 2, ["a JSON list"]),  # was: traceback + half-written run dir
     ("state-no-socket", ["stress", "--state", "{w}/nosocket.json"], 2, ["no 'socket'"]),  # was: traceback
     ("state-missing", ["stress", "--state", "{w}/nope.json"], 2, ["cannot read it"]),
