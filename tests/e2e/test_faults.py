@@ -300,7 +300,7 @@ def test_a_kernel_that_never_reads_ends_within_its_bounds(tmp_path):
     mute = subprocess.Popen([sys.executable, str(BAD), "mute", "--socket", str(sock)], stdout=subprocess.DEVNULL)
     try:
         wait_until(sock.exists, 20, "the mute kernel's socket")
-        r = Run(tmp_path, "stress", "--socket", str(sock), "--token", "t", "--conns", "4", "--inputs", "2", "--timeout", "3", "--connect-timeout", "1", "--no-dedup-probe")
+        r = Run(tmp_path, "stress", "--socket", str(sock), "--token", "t", "--mock", "http://127.0.0.1:9", "--conns", "4", "--inputs", "2", "--timeout", "3", "--connect-timeout", "1", "--no-dedup-probe")
         code, _, err, took = r.finish(60)
     finally:
         mute.terminate()

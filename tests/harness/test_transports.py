@@ -395,7 +395,7 @@ async def test_a_custom_adapter_composes_with_the_ws_transport():
 
         async with KernelClient(f"ws://127.0.0.1:{runner.addresses[0][1]}/op", "tok", OpProtocol(), connect_timeout_s=5) as c:
             turn = await c.turn("", 10)
-        assert turn.outcome == "response" and judge(turn, build_plan(turn.text)).passed, (turn.outcome, turn.reply)
+        assert turn.outcome == "response" and judge(turn, build_plan(turn.text), authenticate=False).passed, (turn.outcome, turn.reply)
         assert [f["op"] for _, f in turn.frames] == ["chunk", "done"]
     finally:
         await runner.cleanup()
@@ -564,5 +564,5 @@ async def test_a_bare_tcp_socket_nobody_listens_on_is_a_usage_error(tmp_path):
     from harness.scenarios import Access, StressSettings, run_stress
 
     with pytest.raises(UsageError, match="nobody is listening there"):
-        await run_stress(StressSettings(conns=1, inputs=1, out=tmp_path, quiet=True), Access(socket=f"tcp:127.0.0.1:{_free_port()}"))
+        await run_stress(StressSettings(conns=1, inputs=1, out=tmp_path, quiet=True), Access(socket=f"tcp:127.0.0.1:{_free_port()}", mock="http://127.0.0.1:9"))
     assert not list(tmp_path.glob("stress-*"))

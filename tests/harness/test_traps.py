@@ -55,7 +55,7 @@ async def test_pass_rate_counts_connection_failures_and_never_exceeds_100(tmp_pa
     srv.listen(64)
     try:
         s = StressSettings(conns=3, inputs=4, mix="!batch2", dedup_probe=False, connect_timeout_s=0.2, out=out_dir, quiet=True)
-        r = await run_stress(s, Access(socket=path, token="x"))
+        r = await run_stress(s, Access(socket=path, token="x", mock="http://127.0.0.1:9"))
     finally:
         srv.close()
     assert r.exit_code == 1
