@@ -134,7 +134,7 @@ def _access_params(multi: bool = False) -> list[click.Parameter]:
         click.Option(["--socket"], metavar="ADDR", help="A kernel to drive directly, without a sandbox: unix:PATH (or PATH), tcp:HOST:PORT or ws://HOST:PORT/PATH (loopback only)."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog: the sandbox mock's with --launch, the one to judge by with --socket."),
-        click.Option(["--mock", "mock_addr"], help="With --socket: the mock the kernel talks to (unix:PATH or http://127.0.0.1:PORT), asked for each turn's verdict."),
+        click.Option(["--mock", "mock_addr"], help="With --socket: the mock the kernel talks to (unix:PATH or http://127.0.0.1:PORT), asked for each turn's verdict; needed with --socket unless kstress and the mock share KSTRESS_VERDICT_KEY."),
         *_target_params(multi),
         click.Argument(["extra"], nargs=-1),
     ]
