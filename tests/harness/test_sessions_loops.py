@@ -63,6 +63,16 @@ async def test_session_faults_fail_by_name_with_reconnects(kernel_factory, out_d
     assert token in r.summary["history_example"], r.summary["history_example"]
 
 
+@pytest.mark.parametrize("terse", [False, True])
+@pytest.mark.parametrize("api", ["chat", "anthropic", "responses"])
+async def test_a_whole_history_passes_on_every_api(kernel_factory, out_dir, api, terse):
+    """The clean kernel sends every earlier turn whole (input, tool steps, the
+    model's answer, also when it words its own answers to the client): history=ok."""
+    async with kernel_factory("--llm-api", api, *(["--terse"] if terse else [])) as k:
+        r = await run_sessions(SessionsSettings(sessions=3, turns=4, mix="text:1,!batch2:1,!loop2:2:1", out=out_dir, quiet=True), k.access("sessions=true"))
+    assert r.exit_code == 0 and r.summary["history_failures"] == 0, r.report
+
+
 @pytest.mark.parametrize("api", ["chat", "anthropic", "responses"])
 async def test_a_history_without_the_answers_fails_by_name(kernel_factory, out_dir, api):
     """Issue 22 item 2: the inputs and tool exchanges kept, the model's answers
