@@ -94,3 +94,34 @@ def test_a_terse_kernel_is_judged_by_the_record_and_a_reply_without_a_line_is_no
     assert judge(_turn(text, "done"), plan, mock=_entry(text, body), joined=True, key=KEY).passed
     v = judge(_turn(text, "done"), plan, mock={"nonce": "h1", "absent": True}, joined=True, key=KEY)
     assert v.failure.startswith("missing_verdict"), v.failures
+
+
+# --- with real processes: the tag path (a bare socket, no --mock) -------------------------
+
+SAFE = "00112233445566778899aabbccddeeff"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags, listen",
+    [((), None), (("--llm-api", "anthropic"), "tcp:127.0.0.1:0"), (("--llm-api", "responses"), "ws:127.0.0.1:0")],
+    ids=["chat-unix", "anthropic-tcp", "responses-ws"],
+)
+async def test_a_bare_socket_with_the_key_authenticates_by_the_tag(kernel_factory, out_dir, monkeypatch, flags, listen):
+    """The mock and kstress share KSTRESS_VERDICT_KEY and kstress is not told
+    where the mock is: every line the reference kernel passes on verifies by
+    its tag, on each dialect and wire; under another key none does."""
+    from harness.results.rundir import read_jsonl
+    from harness.scenarios import StressSettings, run_stress
+
+    monkeypatch.setenv("KSTRESS_VERDICT_KEY", SAFE)  # the mock started below inherits it
+    settings = dict(conns=2, inputs=3, mix="text:1,!batch4:1,!slowbatch2:1,!mixed3:1", dedup_probe=False, quiet=True)
+    async with kernel_factory(*flags, tool_ms=100, listen=listen) as k:
+        r = await run_stress(StressSettings(out=out_dir / "same", **settings), k.access(mock=False))
+        assert r.exit_code == 0, r.report
+        rows = [x for x in read_jsonl(r.dir / "turns.jsonl") if x.get("kind") == "load"]
+        assert rows and {x["verdict_source"] for x in rows} == {"reply"}
+        monkeypatch.setenv("KSTRESS_VERDICT_KEY", "ff" * 16)  # kstress's key only: the mock keeps its own
+        r = await run_stress(StressSettings(out=out_dir / "other", **settings), k.access(mock=False))
+    assert r.exit_code == 1
+    assert set(r.summary["failures"]) == {"forged_verdict"}, r.summary["failures"]
