@@ -76,10 +76,18 @@ def hurried() -> bool:
     return ev is not None and ev.is_set()
 
 
+def _retrieve(task: "asyncio.Future[Any]") -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 async def grace(aw: Awaitable[Any], seconds: float) -> bool:
     """Await ``aw`` for up to ``seconds`` -- no longer than until the run is
-    hurried. True when it finished in time; else it is cancelled."""
+    hurried. True when it finished in time; else it is cancelled. Its
+    exception, if any, is dropped: a close that fails because the peer died
+    (BrokenPipeError) was a "Task exception was never retrieved" traceback."""
     task = asyncio.ensure_future(aw)
+    task.add_done_callback(_retrieve)
     ev = _HURRY.get()
     waiter = asyncio.ensure_future(ev.wait()) if ev is not None else None
     try:

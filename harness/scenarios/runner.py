@@ -61,6 +61,11 @@ from ..judge.verdict import TurnVerdict
 Rows = list[dict[str, Any]]
 # connection failures that mean the peer went away: worth a look whether it died
 VANISHED = frozenset({"refused", "no_socket", "reset", "closed"})
+# how long a kernel that ended a turn with a `shutdown` error frame is given to
+# exit (the reference kernel's default shutdown grace): a kernel stopping on a
+# signal says so to every turn in flight, and those turns are the death's, not
+# the kernel's failures
+SHUTDOWN_EXIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -234,7 +239,10 @@ class Run:
         load: the run ends (TargetDied / MockDied) instead."""
         v = await target.verdict(turn)
         if not v.passed:
-            if turn.conn_kind in VANISHED or turn.outcome == "closed":
+            if turn.error_code == "shutdown" and (target.launch is not None or target.target_pid is not None):
+                if await target.vanished(SHUTDOWN_EXIT_S):
+                    target.check()
+            elif turn.conn_kind in VANISHED or turn.outcome == "closed":
                 if await target.vanished():
                     target.check()
             else:

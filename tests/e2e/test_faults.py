@@ -266,6 +266,26 @@ def test_kill_9_of_the_kernel_is_a_target_death_with_its_status(tmp_path):
     nothing_left(r)
 
 
+def test_sigterm_of_the_kernel_is_its_death_not_its_failures_and_no_traceback(tmp_path):
+    """Before (issue 22 item 15): the turns the stopping kernel ended with its
+    `shutdown` error frame were counted as its failures (error_frame:shutdown,
+    one per connection), and stderr held a "Task exception was never
+    retrieved" traceback (BrokenPipeError) for each connection closed after
+    the death: grace() never retrieved its task's exception."""
+    r = Run(tmp_path, *LONG)
+    wait_until(lambda: r.turns() >= 6, 60, "some turns")
+    r.kernel().terminate()
+    code, _, err, _ = r.finish(30)
+    assert code == 3, err
+    assert "Task exception was never retrieved" not in err and "Traceback" not in err, err
+    doc = json.loads((r.run_dir() / "run.json").read_text())
+    assert doc["status"] == "target_failed" and "exit code 0" in doc["error"], doc["error"]
+    rows = [json.loads(x) for x in (r.run_dir() / "turns.jsonl").read_text().splitlines()]
+    shut = [x for x in rows if any(f.startswith("error_frame:shutdown") for f in x.get("failures") or ())]
+    assert not shut and "error_frame:shutdown" not in doc["summary"].get("failures", {}), shut[:2]
+    nothing_left(r)
+
+
 def test_a_dead_mock_is_not_blamed_on_the_kernel(tmp_path):
     """Before: exit 1, hundreds of error_frame:llm_unreachable, error null,
     nothing saying the mock died."""
