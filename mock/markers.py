@@ -757,8 +757,8 @@ HISTORY_PROBLEMS = ("foreign", "extra", "unresolved", "missing", "order", "excha
 HISTORY_PARTS = ("exchange", "answer")
 UNRESOLVED = ("item_reference", "previous_response_id")
 _HISTORY_TOKEN_RE = re.compile(
-    r"ok|order|foreign:([A-Za-z0-9_-]+)|unresolved:(item_reference|previous_response_id)"
-    r"|(extra|missing|exchange|altered):t([1-9][0-9]*)|missing:t([1-9][0-9]*)\.(exchange|answer)"
+    rf"ok|order|foreign:([A-Za-z0-9_-]+)|unresolved:({'|'.join(UNRESOLVED)})"
+    rf"|(extra|missing|exchange|altered):t([1-9][0-9]*)|missing:t([1-9][0-9]*)\.({'|'.join(HISTORY_PARTS)})"
 )
 
 
