@@ -92,7 +92,7 @@ def checks_section(doc: dict[str, Any]) -> list[str]:
 
         out += ["## Thresholds", "", "| threshold | measured | result | |", "|---|---:|---|---|"]
         for t in thresholds:
-            out.append(f"| `{t['expr']}` | {fmt_value(t['expr'], t.get('value'))} | {'PASS' if t['passed'] else '**FAIL**'} | {md_text(t.get('detail') or '')} |")
+            out.append(f"| {md_code(t['expr'])} | {fmt_value(t['expr'], t.get('value'))} | {'PASS' if t['passed'] else '**FAIL**'} | {md_text(t.get('detail') or '')} |")
         failed = sum(not t["passed"] for t in thresholds)
         out += ["", f"{failed} of {len(thresholds)} thresholds failed: exit code 99." if failed else f"All {len(thresholds)} thresholds held.", ""]
     return out

@@ -31,7 +31,7 @@ from typing import Any
 from ..wire.client import ConnError, KernelClient
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
-from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, md_text
+from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, md_code, md_text
 from ..results.comparison import CompareSpec
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario
@@ -348,7 +348,7 @@ def render_findmax(doc: dict[str, Any], s: dict[str, Any]) -> str:
     out = header(doc, "findmax")
     stages = s.get("stages") or []
     out += [f"Levels from {st.get('start'):g} {unit}, x{st.get('factor'):g} per stage up to {st.get('max_level'):g}, "
-            f"{st.get('stage_duration_s'):g} s each, mix `{st.get('mix')}`; service levels: " + ", ".join(f"`{x}`" for x in st.get("slos") or ()), ""]
+            f"{st.get('stage_duration_s'):g} s each, mix `{st.get('mix')}`; service levels: " + ", ".join(md_code(x) for x in st.get("slos") or ()), ""]
     if s.get("max_level") is not None:
         out += [f"**Maximum sustainable level: {s['max_level']:g} {unit}**", ""]
     else:
@@ -356,7 +356,7 @@ def render_findmax(doc: dict[str, Any], s: dict[str, Any]) -> str:
     reason = s.get("stop_reason")
     if reason:
         last = stages[-1] if stages else {}
-        out += ["Stopped: " + STOP_WORDS.get(reason, reason).format(n=last.get("stage"), level=f"{last.get('level', 0):g}", broken=", ".join(f"`{b}`" for b in last.get("broken") or ())) + ".", ""]
+        out += ["Stopped: " + STOP_WORDS.get(reason, reason).format(n=last.get("stage"), level=f"{last.get('level', 0):g}", broken=", ".join(md_code(b) for b in last.get("broken") or ())) + ".", ""]
     extra = []
     if s.get("knee") is not None:
         extra.append(f"knee of throughput vs level: {s['knee']:g} {unit} (the lowest level with 90% of the best throughput)")
@@ -370,7 +370,7 @@ def render_findmax(doc: dict[str, Any], s: dict[str, Any]) -> str:
     for h in stages:
         lat = h.get("latency_s") or {}
         errs = md_text(", ".join(f"{k} {v}" for k, v in (h.get("errors") or {}).items()) or "-")
-        held = "yes" if h["held"] else "**no**: " + ", ".join(f"`{b}`" for b in h["broken"])
+        held = "yes" if h["held"] else "**no**: " + ", ".join(md_code(b) for b in h["broken"])
         out.append(f"| {h['stage']} | {h['level']:g} | {h['attempted']} | {fmt_pct(h.get('pass_rate'))} | {fmt_ms(lat.get('p50'))} | {fmt_ms(lat.get('p95'))} | "
                    f"{fmt_ms(lat.get('p99'))} | {fmt_num(h.get('throughput_per_s'), '{:.1f}/s')} | {h.get('queue_peak') if h.get('queue_peak') is not None else '-'} | {errs} | {held} |")
     out.append("")
