@@ -201,7 +201,8 @@ def test_llm_faults_end_the_turn_once_without_retries(tmp_path):
 def test_responses_api(tmp_path):
     r, run = Kst(tmp_path).scenario(
         "batch", "--launch", "--target", str(TARGET), "--kinds", "batch,slowbatch", "--n", "4", "--rounds", "2",
-        "--", "--llm-api", "responses",
+        # declared to kstress (checked against mock.jsonl: declared_llm_api), and told to the bridge
+        "--llm-api", "responses", "--", "--llm-api", "responses",
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert all(t["passed"] and (t["overlap"] is None or t["overlap"] > 1) for t in rows(run))
