@@ -122,3 +122,20 @@ def test_every_contract_key_is_documented_and_in_the_help():
         help_ = text.split("--contract", 1)[1].split("(docs/targets.md)", 1)[0]
         missing = [k for k in KEYS if f"{k}=" not in help_]
         assert missing == [], f"kstress {command} --help: --contract does not name {missing}"
+
+
+def test_a_core_check_that_did_not_run_is_no_pass_and_yields_to_findings():
+    """Exit 6 (docs/results.md): every check that ran passed but the core one
+    could not run; a failed check (1) or threshold (99) is a finding and comes first."""
+    from harness.results.rundir import Check
+    from harness.results.runlist import verdict
+    from harness.scenarios.runner import verdict_of
+
+    ok, not_run, bad = Check("a", True), Check("core", False, "why", ran=False), Check("b", False)
+    held, broke = {"thresholds": [{"passed": True}]}, {"thresholds": [{"passed": False}]}
+    assert verdict_of([ok], held) == (True, 0)
+    assert verdict_of([ok, not_run], held) == (False, 6)
+    assert verdict_of([ok, not_run], broke) == (False, 99)
+    assert verdict_of([bad, not_run], held) == (False, 1)
+    assert not_run.to_json() == {"name": "core", "passed": False, "detail": "why", "ran": False} and "ran" not in ok.to_json()
+    assert verdict({"status": "completed", "passed": False, "exit_code": 6}) == "INCOMPLETE (exit 6)"
