@@ -581,7 +581,9 @@ def show_cmd(run_dir, nonce) -> None:
 def compare_cmd(old_run, new_run, alpha, min_effect, as_json, output) -> None:
     """Compare two stored run directories of the same scenario (stress,
     sessions, batch, abtest) row by row; exit 1 when NEW is worse on any row,
-    2 when the runs cannot be compared (the difference is named)."""
+    2 when the runs cannot be compared (the difference is named). The runs were
+    not interleaved: a timed change within their own p10..p90 band (raised to
+    1.5) is inconclusive, exit 0 (docs/results.md)."""
     import json
 
     from ..results.comparison import final_line, render, write_output
