@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -38,3 +40,52 @@ def boot_clock() -> float:
 def _started(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+
+
+DEAF = """\
+import argparse, asyncio, json, pathlib, signal
+ap = argparse.ArgumentParser()
+ap.add_argument("--socket")
+a, _ = ap.parse_known_args()
+# a SIGTERM is noted, and ignored
+signal.signal(signal.SIGTERM, lambda *_: pathlib.Path("{mark}").touch())
+
+async def serve(r, w):
+    try:
+        json.loads(await r.readuntil(b"\\n"))
+        w.write(b'{{"type":"response","kind":"auth","ok":true,"protocol":1}}\\n')
+        await asyncio.Event().wait()  # authenticated, and never answers an input
+    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+        pass
+
+async def main():
+    async with await asyncio.start_unix_server(serve, a.socket):
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def deaf_kernel(tmp: Path, grace_s: float) -> tuple[Path, Path]:
+    """A target file for a kernel that authenticates, never answers, and notes
+    then ignores SIGTERM (so only a SIGKILL ends it); and the file it touches
+    when it gets one."""
+    mark = tmp / "got-sigterm"
+    deaf = tmp / "deaf.py"
+    deaf.write_text(f"#!{sys.executable}\n" + DEAF.format(mark=mark))
+    deaf.chmod(0o755)
+    target = tmp / "deaf.toml"
+    target.write_text(f'[target]\nbin = "{deaf}"\nstop_grace_s = {grace_s}\n')
+    return target, mark
+
+
+def handles_sigterm(pid: int) -> bool:
+    """The process catches SIGTERM: kstress's edge is in place (Python itself
+    catches only SIGINT at start-up), or a kernel's handler is."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except OSError:
+        pass
+    return False

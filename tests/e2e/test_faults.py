@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from e2ehelpers import boot_clock, namespace_gone
+from e2ehelpers import boot_clock, deaf_kernel, handles_sigterm, namespace_gone
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -121,44 +121,15 @@ def test_double_sigint_still_writes_the_run_and_exits_130(tmp_path):
     readable(r, "interrupted")
 
 
-DEAF = """\
-import argparse, asyncio, json, pathlib, signal
-ap = argparse.ArgumentParser()
-ap.add_argument("--socket")
-a, _ = ap.parse_known_args()
-# a SIGTERM is noted, and ignored
-signal.signal(signal.SIGTERM, lambda *_: pathlib.Path("{mark}").touch())
-
-async def serve(r, w):
-    try:
-        json.loads(await r.readuntil(b"\\n"))
-        w.write(b'{{"type":"response","kind":"auth","ok":true,"protocol":1}}\\n')
-        await asyncio.Event().wait()  # authenticated, and never answers an input
-    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
-        pass
-
-async def main():
-    async with await asyncio.start_unix_server(serve, a.socket):
-        await asyncio.Event().wait()
-
-asyncio.run(main())
-"""
-
-
 def test_a_second_sigint_kills_a_kernel_that_ignores_sigterm_without_its_grace(tmp_path):
     """Before: the second SIGINT hurried nothing (the signal's callback looked
     for the run's hurry scope in a context that had none): against a kernel
     that ignores SIGTERM, kstress waited out the whole stop grace (here 20 s)
     before the SIGKILL, however often it was interrupted (issue 22 item 12)."""
-    mark = tmp_path / "got-sigterm"
-    deaf = tmp_path / "deaf.py"
-    deaf.write_text(f"#!{sys.executable}\n" + DEAF.format(mark=mark))
-    deaf.chmod(0o755)
-    target = tmp_path / "deaf.toml"
-    target.write_text(f'[target]\nbin = "{deaf}"\nstop_grace_s = 20\n')
+    target, mark = deaf_kernel(tmp_path, grace_s=20)
     r = Run(tmp_path, "stress", "--launch", "--target", str(target), "--conns", "1", "--inputs", "3", "--mix", "text:1", "--timeout", "60", "--no-dedup-probe")
 
-    def deaf_kernel() -> psutil.Process | None:
+    def the_kernel() -> psutil.Process | None:
         for c in psutil.Process(r.p.pid).children(recursive=True):
             try:
                 if "deaf.py" in " ".join(c.cmdline()):
@@ -167,9 +138,9 @@ def test_a_second_sigint_kills_a_kernel_that_ignores_sigterm_without_its_grace(t
                 pass
         return None
 
-    kernel = wait_until(deaf_kernel, 30, "the kernel")
+    kernel = wait_until(the_kernel, 30, "the kernel")
     net = os.stat(f"/proc/{kernel.pid}/ns/net").st_ino
-    wait_until(lambda: _handles_sigterm(kernel.pid), 30, "the kernel's SIGTERM handler")
+    wait_until(lambda: handles_sigterm(kernel.pid), 30, "the kernel's SIGTERM handler")
     r.p.send_signal(signal.SIGINT)
     wait_until(mark.exists, 30, "the kernel to be sent SIGTERM (the first SIGINT's stop)")
     t0, born_before = time.monotonic(), boot_clock()
@@ -365,18 +336,6 @@ def test_an_oversized_frame_is_named_in_turns_and_report(tmp_path):
     nothing_left(r)
 
 
-def _handles_sigterm(pid: int) -> bool:
-    """kstress's edge is in place: the process catches SIGTERM (Python itself
-    catches only SIGINT at start-up)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
-    except OSError:
-        pass
-    return False
-
-
 def test_a_ctrl_c_at_start_up_is_a_plain_exit_130(tmp_path):
     """Before: a Ctrl-C in the first ~0.25 s gave "Aborted!" (exit 1) or a raw
     KeyboardInterrupt traceback from inside an import. From kstress's first
@@ -385,7 +344,7 @@ def test_a_ctrl_c_at_start_up_is_a_plain_exit_130(tmp_path):
     for delay in (0.0, 0.02, 0.08, 0.2, 0.4):
         p = subprocess.Popen([sys.executable, "-m", "harness", "stress", "--launch", "--quiet", "--out", str(tmp_path / "runs")],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
-        wait_until(lambda: _handles_sigterm(p.pid) or p.poll() is not None, 30, "kstress's signal edge")
+        wait_until(lambda: handles_sigterm(p.pid) or p.poll() is not None, 30, "kstress's signal edge")
         time.sleep(delay)  # where in start-up the signal lands: what is being tested
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)

@@ -7,12 +7,13 @@ import os
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from e2ehelpers import boot_clock, namespace_gone
+from e2ehelpers import boot_clock, deaf_kernel, handles_sigterm, namespace_gone
 from waiting import wait_until as wait_for
 
 pytestmark = pytest.mark.slow
@@ -300,3 +301,27 @@ def test_a_kernel_that_prints_its_token_has_it_redacted_in_the_kept_logs(cli, tm
     err = (run / "logs" / "target.err").read_text()
     assert "debug: my token is [redacted]" in err and token not in err
     assert not any(token in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file())
+
+
+def test_a_second_signal_to_the_supervisor_skips_the_grace(cli, tmp_path):
+    """Before: the supervisor of a detached sandbox took every further signal
+    for the first, so `stop` again (or a second Ctrl-C) still waited out the
+    kernel's whole stop grace (here 20 s) when the kernel ignored SIGTERM
+    (issue 22 item 12, as kstress's own second signal)."""
+    target, mark = deaf_kernel(tmp_path, grace_s=20)
+    up = cli.run("launch", "--target", str(target))
+    assert up.returncode == 0, up.stderr
+    st = cli.state()
+    sup = psutil.Process(st["supervisor_pid"])
+    wait_for(lambda: handles_sigterm(st["pids"]["target"]), 30, "the kernel's SIGTERM handler")
+    sup.send_signal(signal.SIGTERM)
+    wait_for(mark.exists, 30, "the kernel to be sent SIGTERM (the first signal's stop)")
+    t0, born_before = time.monotonic(), boot_clock()
+    sup.send_signal(signal.SIGTERM)
+    sup.wait(60)
+    took = time.monotonic() - t0
+    assert took < 8, f"{took:.1f} s from the second signal to the supervisor's exit: the 20 s grace was waited out"
+    teardown = json.loads((Path(st["run_dir"]) / "teardown.json").read_text())
+    assert teardown["signalled"] and teardown["returncode"] == -signal.SIGKILL
+    assert namespace_gone(st["namespace"], st["net_inode"], born_before)
+    assert not psutil.pid_exists(st["pids"]["target"]) or psutil.Process(st["pids"]["target"]).status() == psutil.STATUS_ZOMBIE
