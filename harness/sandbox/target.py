@@ -201,6 +201,10 @@ class TargetSpec:
     def check_binary(self) -> Path:
         """The resolved binary, or a UsageError saying what is wrong with it."""
         path = Path(self.bin) if "/" in self.bin else Path(shutil.which(self.bin) or self.bin)
+        if self.bin == "refkernel" and not path.exists():
+            # the name the docs and the messages give: the console script next
+            # to this interpreter, as for the default, even with the venv not on PATH
+            path = Path(default_refkernel_bin())
         # the fix names where the binary came from: a flag, a target file, a cmp argument
         if self.source == "flags":
             other = "pass an existing executable to --bin"
