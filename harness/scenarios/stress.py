@@ -772,7 +772,7 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
             "",
             f"peak RSS {fmt_num(r.get('peak_rss_mb'), '{:.1f} MB')}, peak CPU {fmt_num(r.get('peak_cpu_pct'), '{:.0f}%')} "
             f"(mean {fmt_num(r.get('mean_cpu_pct'), '{:.0f}%')}), peak threads {r.get('peak_threads')}, peak fds {r.get('peak_fds')}, "
-            f"peak children {r.get('peak_children')}, peak queue {ks.get('peak_queue')}; {r.get('samples')} samples, "
+            f"peak children {r.get('peak_children')}, peak queue {'n/a' if ks.get('peak_queue') is None else ks['peak_queue']}; {r.get('samples')} samples, "
             f"sampler CPU {fmt_num(r.get('sampler_cpu_s'), '{:.3f} s')}",
             "",
         ]
