@@ -28,6 +28,7 @@ docs/results.md, "Comparing stored runs".
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,18 +309,23 @@ def drift_rule(out: dict[str, Any], samples: dict[str, list[float]], s: dict[str
     wider = max(b for b in bands.values() if b is not None)
     limit = wider**k
     shift = max(mo, mn) / min(mo, mn)
-    out["drift"] = {"old_band": bands["old"], "new_band": bands["new"], "bands": k, "limit": limit, "shift": shift}
+
+    def finite(x: float | None) -> float | None:  # JSON has no infinity: a band from 0 is null
+        return None if x is None or math.isinf(x) else x
+
+    out["drift"] = {"old_band": finite(bands["old"]), "new_band": finite(bands["new"]), "bands": k, "limit": finite(limit), "shift": shift}
     if out["verdict"] in ("better", "worse") and shift <= limit:
         side = "old" if bands["old"] == wider else "new"
         xs = samples[side]
         lo, hi = percentile(xs, 10), percentile(xs, 90)
         unit = out.get("unit")
         fmt = fmt_ms if unit == "s" else (lambda x: f"{x:.3g}{unit or ''}")
+        bound = (f"x{wider:.2f}) raised to {k:g}, x{limit:.2f}" if math.isfinite(wider) else "from 0: no factor bounds it)")
         out["within_run_verdict"] = out["verdict"]
         out.update(verdict="inconclusive",
                    reason=f"{out['verdict']} by the within-run test ({out['reason']}), but the runs were not interleaved: the medians are "
                           f"x{shift:.2f} apart, not beyond the wider p10..p90 band of a run ({side.upper()}: {fmt(lo)}..{fmt(hi)}, "
-                          f"x{wider:.2f}) raised to {k:g}, x{limit:.2f}; a whole run drifts by that much on a loaded machine (docs/metrics.md)")
+                          f"{bound}; a whole run drifts by that much on a loaded machine (docs/metrics.md)")
 
 
 def passed_latency(rows: list[dict[str, Any]], key: str = "latency_s") -> list[float]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.comparison import final_line, latency_rows, pass_rate_row, throughput_row, verdict_row
+from harness.results.comparison import final_line, latency_rows, pass_rate_row, sample_row, throughput_row, verdict_row
 from harness.scenarios import compare_runs, refusals
 from harness.scenarios.abtest import round_speedups, speedup_rows
 from harness.errors import UsageError
@@ -256,3 +256,13 @@ def test_sessions_compares_the_sessions_key_and_stress_does_not():
     bad, _ = refusals(ref, own)
     assert len(bad) == 1 and bad[0].startswith("different contract sessions: OLD True, NEW False")
     assert refusals(with_target(doc(), "contract", REFKERNEL_CONTRACT), with_target(doc(), "contract", {**REFKERNEL_CONTRACT, "sessions": False}))[0] == []
+
+
+def test_a_band_from_zero_bounds_nothing_and_stays_valid_json():
+    """A sample series that starts at 0 (a CPU share) has no factor for its band: a change there is no claim,
+    and the row's JSON holds null, not Infinity (which strict JSON readers refuse)."""
+    old, new = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
+    row = sample_row("resources CPU", "m", "%", {"old": old, "new": new}, S, higher_is_better=False)
+    assert row["verdict"] == "inconclusive" and "from 0: no factor bounds it" in row["reason"]
+    assert row["drift"]["old_band"] is None and row["drift"]["limit"] is None
+    json.dumps(row, allow_nan=False)
