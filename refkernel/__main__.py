@@ -50,9 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-stream", action="store_true",
                    help="ask the LLM for whole replies (stream: false); the text then reaches the client as one delta")
     p.add_argument("--data-dir", required=True, type=Path, help="working directory of cmd_run and knowledge_create")
-    # $KSTRESS_TOKEN: what kstress gives every kernel it launches, this one under --bin too
-    p.add_argument("--token", default=os.environ.get("REFKERNEL_TOKEN") or os.environ.get("KSTRESS_TOKEN"),
-                   help="auth token clients must send (default: $REFKERNEL_TOKEN, else $KSTRESS_TOKEN; unset = any token)")
+    # $KSTRESS_TOKEN first: kstress sets it for every kernel it launches, this one
+    # under --bin too, where a REFKERNEL_TOKEN from the user's shell is stale
+    p.add_argument("--token", default=os.environ.get("KSTRESS_TOKEN") or os.environ.get("REFKERNEL_TOKEN"),
+                   help="auth token clients must send (default: $KSTRESS_TOKEN, else $REFKERNEL_TOKEN; unset = any token)")
     p.add_argument("--workers", type=int, default=d.workers, help="turns run at once (default %(default)s)")
     p.add_argument("--queue", type=int, default=d.queue, help="inputs waiting for a worker before 'busy' (default %(default)s)")
     p.add_argument("--dedup-window", type=float, default=d.dedup_window, metavar="S",

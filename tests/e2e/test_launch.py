@@ -221,6 +221,7 @@ def test_the_default_bin_argv_carries_no_token_and_a_stopped_state_holds_no_secr
     (issue 22 item 13). The token travels as $KSTRESS_TOKEN, which the
     reference kernel reads and enforces."""
     refkernel = Path(sys.executable).with_name("refkernel")
+    cli.env["REFKERNEL_TOKEN"] = "stale-from-the-shell"  # inherited by the kernel; kstress's own token wins
     up = cli.run("launch", "--bin", str(refkernel))
     assert up.returncode == 0, up.stderr
     state = cli.state()
