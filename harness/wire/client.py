@@ -35,7 +35,7 @@ READ_LIMIT = MAX_FRAME
 
 # What one connection may hold, whatever a kernel sends (docs/results.md, "flood").
 # Sizes are the frames' bytes on the wire, so a few large frames count as much
-# as many small ones: before, 256 stashed frames of 256 KiB were 64 MiB a connection.
+# as many small ones: before, 256 stashed frames of 512 KiB were 128 MiB a connection.
 NOTIFY_KEPT = 16  # notify frames kept (all are counted)
 NOTIFY_FRAME_KEPT = 4 << 10  # a longer notify frame is counted, not kept
 STASH_MAX = 256  # frames for inputs nobody waits for (late or unknown ids), kept until read
