@@ -15,6 +15,7 @@ from ..results.comparison import compare_runs as compare_stored
 from ..results.comparison import refusals as stored_refusals
 from ..results.rundir import read_run
 from ..results.stats import ALPHA, MIN_EFFECT
+from ..errors import EXIT_INCOMPLETE
 from .runner import RunResult, Scenario, all_checks, recompute, verdict_of
 from ..sandbox.sut import Access, Target
 from .options import CONNECT_TIMEOUT_S, flags_of
@@ -97,12 +98,20 @@ def reload(path: Path) -> tuple[dict, list | None, str]:
             reason = _why_still_running(doc)
             notes.append(reason)
         summary, checks = recompute(sc, doc, rows, reason=reason)
-        passed = status == "completed" and verdict_of(checks, summary)[0]
+        passed, code = verdict_of(checks, summary)
+        passed = status == "completed" and passed
         if status == "completed" and passed != bool(doc.get("passed")):
-            notes.append(
-                f"run.json recorded {'PASS' if doc.get('passed') else 'FAIL'} (exit code {doc.get('exit_code')}); the raw files now say "
-                f"{'PASS' if passed else 'FAIL'}: were they edited after the run?"
-            )
+            if code == EXIT_INCOMPLETE and not any(c.get("ran") is False for c in doc.get("checks") or ()):
+                # stored before a check could be "not run" (issue 22): it passed over a skipped core check
+                notes.append(
+                    f"run.json recorded PASS (exit code {doc.get('exit_code')}) over a check that did not run; kstress now calls "
+                    f"such a run INCOMPLETE (exit {EXIT_INCOMPLETE}): it was stored before that rule"
+                )
+            else:
+                notes.append(
+                    f"run.json recorded {'PASS' if doc.get('passed') else 'FAIL'} (exit code {doc.get('exit_code')}); the raw files now say "
+                    f"{'PASS' if passed else 'FAIL'}: were they edited after the run?"
+                )
         view = {**doc, "passed": passed, "summary": summary, "checks": [c.to_json() for c in checks], "notes": notes}
         text = sc.render(view, summary)
     return view, rows, text

@@ -97,6 +97,18 @@ async def test_a_kernel_without_sessions_is_not_held_to_them(kernel_factory, out
     # kstress report recomputes the same verdict from the files
     doc = json.loads((r.dir / "run.json").read_text())
     assert (doc["passed"], doc["exit_code"], doc["checks"][-1].get("ran")) == (False, 6, False)
+    # a run stored before a check could be "not run" (PASS, exit 0, no `ran`):
+    # `kstress report` says INCOMPLETE and why, not that the files were edited
+    doc.update(passed=True, exit_code=0)
+    for c in doc["checks"]:
+        c.pop("ran", None)
+    (r.dir / "run.json").write_text(json.dumps(doc))
+    from harness.scenarios import reload
+
+    view, _, text = reload(r.dir)
+    assert view["passed"] is False
+    assert any("stored before that rule" in n and "INCOMPLETE (exit 6)" in n for n in view["notes"]), view["notes"]
+    assert not any("edited" in n for n in view["notes"]), view["notes"]
 
 
 async def test_sessions_cli_on_a_shared_history_kernel_without_the_contract_key_is_no_pass(kernel_factory, tmp_path):
