@@ -62,6 +62,10 @@ class AgentDriver:
     keeps no per-turn state on itself)."""
 
     name = ""  # the --protocol name: agui | a2a | openai-chat | openai-responses
+    # the protocol shows every tool call (AG-UI): the judge holds each turn's
+    # shown calls to the mock's (tool_call_missing ...) even when none was shown;
+    # False: tool calls are checked only where the server happened to show some
+    shows_tools = False
 
     def __init__(self, url: str) -> None:
         self.url = url
