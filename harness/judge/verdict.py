@@ -8,6 +8,7 @@ Anything else is a *named* failure (docs/results.md lists them all).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any, NamedTuple
 
@@ -339,9 +340,62 @@ def judge(
             failures = _text_failures(turn, plan, contract, mock, joined, fields, key, authenticate)
         else:
             failures = _tool_failures(turn, plan, contract, mock, joined, fields, key, authenticate)
+    if turn.tools_shown is not None and turn.outcome == "response" and plan.calls:
+        failures += shown_tool_failures(turn.tools_shown, plan)
     if mock is not None and "anatomy" not in fields and turn.outcome == "response":
         fields["anatomy"] = turn_anatomy(turn, mock, 0.0)
     return _verdict(turn, plan, failures, fields)
+
+
+_ID_PREFIXES = ("call_", "toolu_", "fc_")
+
+
+def _id_key(call_id: str) -> str:
+    """A call id without its dialect's prefix: the mock's call_<nonce>_<i> is
+    toolu_... on Anthropic's wire, and an agent shows the id its LLM gave."""
+    for p in _ID_PREFIXES:
+        if call_id.startswith(p):
+            return call_id[len(p):]
+    return call_id
+
+
+def _same_args(shown: str, planned: str) -> bool:
+    try:
+        return json.loads(shown) == json.loads(planned)
+    except ValueError:
+        return shown == planned
+
+
+def shown_tool_failures(shown: dict[str, dict[str, Any]], plan: Plan) -> list[str]:
+    """What an agent protocol that shows tool calls (AG-UI's TOOL_CALL_*)
+    showed, held to the calls the mock asked for (the plan: the mock plans
+    exactly so): each shown with the mock's call id and arguments, and given
+    exactly one result. Beside the verdict line, which stays the ground truth:
+    these fail a turn whose agent did the work but showed it wrong to its UI."""
+    by_key = {_id_key(k): v for k, v in shown.items()}
+    missing, args, no_result, repeated = [], [], [], []
+    for call in plan.calls:
+        c = by_key.get(_id_key(call.id))
+        if c is None or not c.get("start"):
+            missing.append(f"{call.id} {call.name}")
+            continue
+        if not _same_args(c.get("args") or "", call.arguments):
+            args.append(f"{call.id}: shown {str(c.get('args'))[:80]!r}, asked {call.arguments[:80]!r}")
+        n = c.get("results") or 0
+        if n == 0:
+            no_result.append(call.id)
+        elif n > 1:
+            repeated.append(f"{call.id} x{n}")
+    out = []
+    if missing:
+        out.append(f"tool_call_missing ({len(missing)} of {len(plan.calls)} calls the mock asked for never shown: {', '.join(missing[:4])})")
+    if args:
+        out.append(f"tool_args_mismatch ({'; '.join(args[:2])})")
+    if no_result:
+        out.append(f"tool_result_missing (no result shown for {', '.join(no_result[:4])})")
+    if repeated:
+        out.append(f"tool_result_repeated ({', '.join(repeated[:4])})")
+    return out
 
 
 def _delivery_failures(turn: Turn, plan: Plan, expect_duplicate: bool) -> list[str] | None:

@@ -88,6 +88,10 @@ class Turn:
     frames_dropped: int = 0  # frames of this turn beyond TURN_FRAMES_KEPT: counted, not kept
     text_chars: int = 0
     bytes: int = 0  # of its frames on the wire (all but the one that ended it)
+    # the tool calls an agent protocol showed (AG-UI's TOOL_CALL_*), by call id:
+    # {name, args, start, end, results}; None where the protocol shows none
+    # (protocol v1's tool frames stay frames), and the judge checks nothing
+    tools_shown: dict[str, dict[str, Any]] | None = None
 
     def lost(self, kind: str, message: str) -> None:
         self.outcome, self.conn_kind, self.conn_error = "conn_error", kind, message

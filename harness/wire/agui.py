@@ -1,0 +1,119 @@
+"""AG-UI over HTTP + SSE (``--protocol agui``; docs/protocol.md, "AG-UI").
+
+One turn is one POST of a RunAgentInput to the agent's URL; the answer is an
+SSE stream of events, one JSON object each. What is read:
+
+    RUN_STARTED                         the run began (no check: some servers omit it)
+    TEXT_MESSAGE_CONTENT / _CHUNK       a delta of the answer (every text message of the run)
+    TOOL_CALL_START/ARGS/END/RESULT     a tool call shown (``turn.tools_shown``; the judge
+                                        holds them to the calls the mock asked for)
+    RUN_FINISHED                        the turn's end
+    RUN_ERROR                           error ``run_error`` (its message kept)
+
+A stream that ends without RUN_FINISHED or RUN_ERROR is ``stream_cut``; an
+HTTP status other than 200 is ``http_<status>``; a 200 that is not
+``text/event-stream`` is ``not_sse``. The client carries the history: a
+session's earlier (input, answer) pairs go as user and assistant messages
+before this turn's, on the session's own threadId (a server that keeps its
+own history by threadId reconciles them; a stateless one needs them). Each
+turn gets a fresh runId; a turn without a session a fresh threadId too.
+Closing the stream is AG-UI's only cancel.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .agentproto import AgentDriver, TurnSink
+from .agents import drain, probe_endpoint, read_head, sse_events
+from .transport import ConnError
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from .client import Turn
+
+HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
+TEXT = frozenset({"TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CHUNK"})
+TOOL_PHASES = {"TOOL_CALL_START": "start", "TOOL_CALL_ARGS": "args", "TOOL_CALL_END": "end", "TOOL_CALL_RESULT": "result"}
+
+
+def run_input(turn: "Turn", session: str | None, history: list[tuple[str, str]] | None) -> dict[str, Any]:
+    """The RunAgentInput of one turn: every optional field present and empty,
+    since some servers' models require them."""
+    messages: list[dict[str, Any]] = []
+    for i, (said, answer) in enumerate(history or ()):
+        messages.append({"id": f"u{i}-{session}", "role": "user", "content": said})
+        messages.append({"id": f"a{i}-{session}", "role": "assistant", "content": answer})
+    messages.append({"id": f"u-{turn.nonce}", "role": "user", "content": turn.text})
+    return {
+        "threadId": session if session is not None else f"t-{turn.nonce}",
+        "runId": f"r-{turn.nonce}-{uuid.uuid4().hex[:8]}",
+        "messages": messages,
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    }
+
+
+class AguiDriver(AgentDriver):
+    name = "agui"
+    shows_tools = True
+
+    async def prepare(self, http: "aiohttp.ClientSession", timeout_s: float) -> None:
+        # `{}` is not a RunAgentInput: a server validates it (422/400) without a run
+        await probe_endpoint(http, self.url, "AG-UI", timeout_s, {}, "http://127.0.0.1:8000/agui (the route of AGUIAdapter / add_*_fastapi_endpoint)")
+
+    async def run_turn(self, http: "aiohttp.ClientSession", turn: "Turn", sink: TurnSink, *, session: str | None, history: list[tuple[str, str]] | None) -> None:
+        body = orjson.dumps(run_input(turn, session, history))
+        async with http.post(self.url, data=body, headers=HEADERS) as resp:
+            if resp.status != 200:
+                sink.error(f"http_{resp.status}", f"{self.url} answered HTTP {resp.status} {resp.reason or ''}: {await read_head(resp)}".rstrip(": "))
+                return
+            ctype = resp.headers.get("Content-Type", "")
+            if not ctype.startswith("text/event-stream"):
+                sink.error("not_sse", f"{self.url} answered {ctype or 'no Content-Type'} where an AG-UI SSE stream (text/event-stream) was due: {await read_head(resp)}")
+                return
+            last = None
+            n = 0
+            async for _name, data, size in sse_events(resp):
+                try:
+                    ev = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    raise ConnError("protocol", f"an AG-UI event that is not JSON: {data[:120]!r}") from None
+                if not isinstance(ev, dict):
+                    raise ConnError("protocol", f"an AG-UI event that is not a JSON object: {data[:120]!r}")
+                sink.frame(ev, size)
+                n += 1
+                kind = ev.get("type")
+                last = kind
+                if kind in TEXT:
+                    delta = ev.get("delta")
+                    if isinstance(delta, str):
+                        sink.delta(delta)
+                elif kind in TOOL_PHASES:
+                    call_id = str(ev.get("toolCallId", ""))
+                    phase = TOOL_PHASES[kind]
+                    sink.tool(call_id, ev.get("toolCallName"), phase, arguments=ev.get("delta") if phase == "args" else None)
+                elif kind == "TOOL_CALL_CHUNK":  # the convenience form: start and args in one
+                    call_id = str(ev.get("toolCallId", ""))
+                    if ev.get("toolCallName"):
+                        sink.tool(call_id, ev.get("toolCallName"), "start")
+                    sink.tool(call_id, None, "args", arguments=ev.get("delta") or "")
+                elif kind == "RUN_FINISHED":
+                    outcome = ev.get("outcome")
+                    if isinstance(outcome, dict) and outcome.get("type") not in (None, "success"):
+                        sink.error("run_interrupted", f"RUN_FINISHED with outcome {outcome.get('type')!r}: the run stopped for the client (a frontend tool or an approval), not with an answer")
+                    else:
+                        sink.done(None)
+                    await drain(resp)
+                    return
+                elif kind == "RUN_ERROR":
+                    sink.error("run_error", str(ev.get("message") or ev.get("code") or "RUN_ERROR with no message"))
+                    await drain(resp)
+                    return
+            sink.error("stream_cut", f"the AG-UI stream ended after {n} events without RUN_FINISHED or RUN_ERROR" + (f" (the last was {last})" if last else ""))
