@@ -86,6 +86,9 @@ class AgentDriver:
         OpenAI chat). The client enforces the deadline by cancelling this."""
         raise NotImplementedError
 
-    async def cancel(self, http: "aiohttp.ClientSession", turn: "Turn") -> None:
+    async def cancel(self, http: "aiohttp.ClientSession", turn: "Turn") -> str | None:
         """Cancel a turn in flight (an interrupt): AG-UI closes the stream,
-        A2A sends tasks/cancel. The default closes the stream alone."""
+        A2A sends tasks/cancel. The default closes the stream alone.
+        Returns what the agent answered to a cancel request, for the record
+        (A2A: the task's state after it -- fasta2a says ``completed`` -- or
+        ``jsonrpc_<code>``), or None when the protocol has no answer."""
