@@ -111,7 +111,7 @@ def _target_params(multi: bool = False) -> list[click.Parameter]:
     return [
         *which,
         click.Option(["--arg", "args"], multiple=True, help="Extra argument for the binary (repeatable)."),
-        click.Option(["--protocol"], help="Socket protocol adapter, module:Class."),
+        click.Option(["--protocol"], help="What the kernel speaks: kstress-v1 (the default), agui, a2a, openai-chat, openai-responses (an agent: with --url, or a target file's url), or module:Class (an adapter of your own)."),
         click.Option(["--listen"], type=click.Choice(["unix", "tcp", "ws"]), help="How the launched kernel listens inside the sandbox (default: the target file's, else unix)."),
         click.Option(["--mechanism"], type=click.Choice(["auto", "netns", "userns"]), default="auto", show_default=True, help="Sandbox mechanism."),
         click.Option(["--tool-ms"], default=DEFAULT_TOOL_MS, show_default=True, type=int, help="Mock: base sleep of !slowbatch tools."),
@@ -134,7 +134,8 @@ def _access_params(multi: bool = False) -> list[click.Parameter]:
         click.Option(["--socket"], metavar="ADDR", help="A kernel to drive directly, without a sandbox: unix:PATH (or PATH), tcp:HOST:PORT or ws://HOST:PORT/PATH (loopback only)."),
         click.Option(["--token"], help="Auth token (default: the sandbox's)."),
         click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog: the sandbox mock's with --launch, the one to judge by with --socket."),
-        click.Option(["--mock", "mock_addr"], help="With --socket: the mock the kernel talks to (unix:PATH or http://127.0.0.1:PORT), asked for each turn's verdict; needed with --socket unless kstress and the mock share KSTRESS_VERDICT_KEY."),
+        click.Option(["--mock", "mock_addr"], help="With --socket or --url: the mock the kernel talks to (unix:PATH or http://127.0.0.1:PORT), asked for each turn's verdict; needed unless kstress and the mock share KSTRESS_VERDICT_KEY."),
+        click.Option(["--url"], metavar="URL", help="An agent already running on loopback, driven over the protocol --protocol names (agui, a2a, openai-chat, openai-responses), e.g. http://127.0.0.1:8000/agui; with --mock."),
         *_target_params(multi),
         click.Argument(["extra"], nargs=-1),
     ]
@@ -373,15 +374,20 @@ def _kernels(launch, tools_file, target_files, bins, weights, *rest):
     return settings, tuple(names), check_weights(tuple(weights), names)
 
 
-def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs, weights=None):
+def _access(launch, state, socket, token, tools_file, mock_addr, url, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs, weights=None):
     from ..judge.contract import OTHER, merged
     from ..sandbox.sut import Access
 
     command = None
+    if url is not None:
+        for flag, value in (("--socket", socket), ("--state", state), ("--token", token)):
+            if value is not None:
+                raise UsageError(f"--url {url} and {flag} {value} name two systems to drive: --url is an agent already running, "
+                                 f"{flag} a protocol v1 kernel; give one")
     if launch:
         # a launched kernel is reached through its own sandbox, with a fresh token per run:
         # these were silently ignored (issue 22, item 15)
-        for flag, value in (("--socket", socket), ("--token", token), ("--state", state), ("--mock", mock_addr)):
+        for flag, value in (("--socket", socket), ("--token", token), ("--state", state), ("--mock", mock_addr), ("--url", url)):
             if value is not None:
                 raise UsageError(f"{flag} {value} goes to a kernel that is already running; --launch starts its own "
                                  f"(a fresh sandbox, mock and token): drop {flag}, or drop --launch to use that kernel")
@@ -418,16 +424,16 @@ def _access(launch, state, socket, token, tools_file, mock_addr, target_file, bi
         return Access(launch=ls, tool_ms=tool_ms, mixed_ms=mixed_ms)
     if target_file or bin_ or args or extra or env_pairs or llm_api or listen or ttft_ms or chunk_delay_ms:
         raise UsageError("target options (--target/--bin/--arg/--env/--llm-api/--listen/ARGS) need --launch; without it the running sandbox is used")
-    if tools_file is not None and socket is None:
-        raise UsageError("--tools needs --launch (the catalog of the sandbox's mock) or --socket (the catalog to judge by); a running sandbox has its own")
+    if tools_file is not None and socket is None and url is None:
+        raise UsageError("--tools needs --launch (the catalog of the sandbox's mock) or --socket/--url (the catalog to judge by); a running sandbox has its own")
     merged(OTHER, None, contract_pairs)  # a bad --contract is an error before anything starts
-    if mock_addr is not None and socket is None:
-        raise UsageError("--mock goes with --socket: a sandbox's own mock is asked without it")
+    if mock_addr is not None and socket is None and url is None:
+        raise UsageError("--mock goes with --socket or --url: a sandbox's own mock is asked without it")
     return Access(state=state, socket=socket, token=token, protocol=protocol, tool_ms=tool_ms, mixed_ms=mixed_ms, tools=tools_file,
-                  contract_pairs=tuple(contract_pairs), mock=mock_addr)
+                  contract_pairs=tuple(contract_pairs), mock=mock_addr, url=url)
 
 
-_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms", "ttft_ms", "chunk_delay_ms", "llm_api", "env_pairs", "contract_pairs")
+_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "url", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms", "ttft_ms", "chunk_delay_ms", "llm_api", "env_pairs", "contract_pairs")
 _CLICK_TYPES = {int: int, float: FINITE, str: str, Path: GivenPath(path_type=Path)}
 
 

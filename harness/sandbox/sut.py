@@ -41,6 +41,7 @@ from .supervisor import require_running
 from .target import load_catalog_file, redact
 from ..judge.verdict import TurnVerdict, judge
 from ..wire.transport import Address, Dialer, parse_address
+from ..wire.agents import AGENT_PROTOCOLS, HttpAgentClient, agent_driver, check_agent_url, is_agent_protocol
 
 ALIVE_EVERY_S = 0.05
 
@@ -107,6 +108,7 @@ class Access:
     tools: Path | None = None  # catalog, for a bare socket
     contract_pairs: tuple[str, ...] = ()  # --contract KEY=VALUE (a launch carries its own in LaunchSettings)
     mock: str | None = None  # a bare socket's mock, to ask for verdicts (unix:PATH or a loopback URL)
+    url: str | None = None  # an agent already running, served over an agent protocol (--url; protocol names which)
     # several kernels at once (a scenario that opts in, Scenario.kernels): the
     # kernels after `launch`, started in its sandbox and judged by its mock
     more: tuple[LaunchSettings, ...] = ()
@@ -144,6 +146,10 @@ class Target:
         self._dialer: Dialer | None = None  # shared by every connection to a kernel inside a sandbox
         self.token: str | None = None
         self.protocol: Protocol = Protocol()
+        self.driver: Any = None  # an agent protocol's driver (harness/wire/agents.py); None: protocol v1
+        # each session's (input, answer) pairs, for a protocol whose client carries
+        # the history: shared by every connection, as a session may move between them
+        self.histories: dict[str, list[tuple[str, str]]] = {}
         self.tool_ms = access.tool_ms
         self.mixed_ms = access.mixed_ms
         self.catalog: Catalog = DEFAULT_CATALOG
@@ -180,6 +186,8 @@ class Target:
             self.tool_ms, self.mixed_ms = a.launch.tool_ms, a.launch.mixed_ms
             if spec.tools:
                 self.catalog = load_catalog_file(spec.tools, f"target {spec.source}: tools")
+        elif a.url is not None:
+            self._prepare_url()
         elif a.socket is not None:
             self.address = Address("unix", path=str(a.socket)) if isinstance(a.socket, Path) else parse_address(a.socket)
             self.socket, self.token = str(self.address), a.token
@@ -224,6 +232,35 @@ class Target:
         self.meta["workload"] = self._workload()
         self._prepared = True
 
+    def _prepare_url(self) -> None:
+        """--url: an agent already running on loopback, driven over its own
+        protocol; judged by the mock it calls, as a bare socket is."""
+        a = self.access
+        name = a.protocol
+        if name and not is_agent_protocol(name):
+            raise UsageError(f"--url {a.url}: --protocol {name} is not an agent protocol; --url takes one of {', '.join(AGENT_PROTOCOLS)} "
+                             "(a protocol v1 kernel, or an adapter module:Class, is given with --socket)")
+        if not name:
+            raise UsageError(
+                f"--url {a.url} needs --protocol naming what the agent serves there: one of {', '.join(AGENT_PROTOCOLS)} "
+                f"(a protocol v1 kernel is given with --socket)"
+            )
+        self.address = check_agent_url(a.url)
+        self.driver = agent_driver(name, a.url)
+        self.socket, self.token = self.driver.url, None
+        if a.tools:
+            self.catalog = load_catalog_file(a.tools, "--tools")
+        self.contract = merged(OTHER, None, a.contract_pairs)
+        self.mock_address = check_mock_address(a.mock) if a.mock else None
+        self.verdict_key = verdict_key(os.environ.get(VERDICT_KEY_ENV))
+        if self.mock_address is None and self.verdict_key is None:
+            raise UsageError(
+                f"--url {a.url} without --mock: kstress could not tell a verdict line the mock wrote from one the "
+                f"agent wrote itself; pass --mock with the mock the agent's LLM calls (http://127.0.0.1:PORT, as `kstress mock` "
+                f"prints it), or start that mock with {VERDICT_KEY_ENV}=K in its environment and run kstress with the same {VERDICT_KEY_ENV}"
+            )
+        self.meta = {"name": "url", "url": self.driver.url, "protocol": name, "socket": self.driver.url, "transport": "http", "launched": False}
+
     def _workload(self) -> dict[str, Any]:
         """What the mock made of each marker (tool sleeps, LLM pacing, the
         catalog, the dialect): `kstress compare` refuses two runs where it
@@ -243,6 +280,9 @@ class Target:
         """A bare socket, before anything starts: is a kernel listening, and
         does it take our token (or want one we did not give)? A usage error
         naming the fix, instead of a run of resets and auth errors."""
+        if self.driver is not None and self.access.url is not None:
+            await self._preflight_agent(connect_timeout_s)
+            return
         if self.access.socket is None:
             return
         try:
@@ -267,6 +307,18 @@ class Target:
                 raise UsageError(f"--socket {self.socket}: nobody is listening there ({exc}); start the kernel first, or use --launch") from None
             # a kernel that is there but slow or broken (never reads, resets):
             # that is what the run is for -- each input fails by name
+
+    async def _preflight_agent(self, timeout_s: float) -> None:
+        """--url, before anything starts: is an agent of this protocol there?
+        A usage error naming the URL, what answered and the fix (404, a web
+        page, nobody listening), instead of a run of failed turns."""
+        try:
+            async with self.client(connect_timeout_s=timeout_s) as c:
+                await c.prepare(timeout_s)
+        except ConnError as exc:
+            if exc.kind in ("refused", "no_socket"):
+                raise UsageError(f"--url {self.socket}: nobody is listening there ({exc}); start the agent first, or use --launch") from None
+            # there but slow or broken: that is what the run is for
 
     async def __aenter__(self) -> "Target":
         self.prepare()
@@ -320,8 +372,12 @@ class Target:
 
     # --- driving ----------------------------------------------------------------------
 
-    def client(self, **kw: Any) -> KernelClient:
+    def client(self, **kw: Any) -> Any:
+        """A KernelClient, or for an agent protocol an HttpAgentClient (the
+        same surface: connect, send/collect, turn, stats, connected)."""
         assert self.address is not None, "prepare() first"
+        if self.driver is not None:
+            return HttpAgentClient(self.driver, self.address, dialer=self._dialer, histories=self.histories, **kw)
         return KernelClient(self.address, self.token, self.protocol, dialer=self._dialer, **kw)
 
     def plan(self, text: str) -> Plan:

@@ -172,13 +172,22 @@ class Protocol:
         return text if isinstance(text, str) else ""
 
 
+# the agent protocols' names (harness/wire/agents.py: PROTOCOLS holds their drivers)
+AGENT_NAMES = ("agui", "a2a", "openai-chat", "openai-responses")
+
+
 def load_protocol(spec: str | None) -> Protocol:
     """``module:Class`` -> an instance; None -> the default."""
-    if not spec:
+    if not spec or spec == "kstress-v1":
+        return Protocol()
+    if spec in AGENT_NAMES:
+        # an agent protocol has no frame adapter: its driver (harness/wire/agents.py)
+        # speaks it, and this one is never used to frame anything
         return Protocol()
     module_name, _, cls_name = spec.partition(":")
     if not module_name or not cls_name:
-        raise UsageError(f"--protocol {spec!r}: expected module:Class, e.g. mykernel.kstress:Protocol")
+        raise UsageError(f"--protocol {spec!r} is unknown: use one of kstress-v1 (the default), {', '.join(AGENT_NAMES)}, "
+                         "or module:Class for an adapter of your own (e.g. mykernel.kstress:Protocol)")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
