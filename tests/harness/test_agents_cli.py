@@ -1,0 +1,126 @@
+"""`kstress batch/stress --url URL --protocol NAME --mock M` against an agent
+already running (issue 23): the mock and an instant agent
+(tests/harness/agentserver.py) as real processes on loopback, kstress as a
+subprocess, as a user types it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT = Path(__file__).with_name("agentserver.py")
+
+
+def _line(path: Path, prefix: str, proc: subprocess.Popen) -> str:
+    def seen():
+        if proc.poll() is not None:
+            raise AssertionError(f"{path.name}: exited {proc.returncode}: {path.with_suffix('.err').read_text() if path.with_suffix('.err').exists() else ''}")
+        for line in path.read_text().splitlines() if path.exists() else ():
+            if line.startswith(prefix):
+                return line[len(prefix):].strip()
+        return None
+
+    return wait_until(seen, 30, f"{prefix!r} in {path}")
+
+
+@contextlib.contextmanager
+def processes(tmp_path: Path):
+    procs: list[subprocess.Popen] = []
+
+    def start(name: str, argv: list[str]) -> subprocess.Popen:
+        with open(tmp_path / f"{name}.out", "wb") as out, open(tmp_path / f"{name}.err", "wb") as err:
+            p = subprocess.Popen(argv, stdout=out, stderr=err, cwd=REPO)
+        procs.append(p)
+        return p
+
+    try:
+        yield start
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def mock_url(tmp_path):
+    with processes(tmp_path) as start:
+        m = start("mock", [sys.executable, "-m", "mock", "--port", "0", "--tool-ms", "50"])
+        yield _line(tmp_path / "mock.out", "mock listening on ", m), start
+
+
+def agent(start, tmp_path: Path, mock: str, protocol: str, fault: str = "none") -> str:
+    name = f"agent-{protocol}-{fault}"
+    p = start(name, [sys.executable, str(AGENT), "--protocol", protocol, "--llm-url", mock + "/v1", "--fault", fault])
+    return _line(tmp_path / f"{name}.out", "agent listening on ", p)
+
+
+def kstress(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KSTRESS_HOME": str(tmp_path / "home")}
+    env.pop("KSTRESS_VERDICT_KEY", None)
+    return subprocess.run([sys.executable, "-m", "harness", *args, "--out", str(tmp_path / "runs"), "--quiet", "--tool-ms", "50"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+
+
+BATCH = ("batch", "--n", "2,4", "--kinds", "batch,slowbatch", "--rounds", "1", "--contract", "batch=parallel")
+
+
+@pytest.mark.parametrize("protocol", ["agui", "openai-chat"])
+def test_batch_and_stress_pass_on_a_good_agent(tmp_path, mock_url, protocol):
+    mock, start = mock_url
+    url = agent(start, tmp_path, mock, protocol)
+    r = kstress(tmp_path, *BATCH, "--url", url, "--protocol", protocol, "--mock", mock)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "4/4 turns passed" in r.stdout
+    r = kstress(tmp_path, "stress", "--conns", "3", "--inputs", "3", "--url", url, "--protocol", protocol, "--mock", mock, "--contract", "batch=parallel")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "every input passed its verdict — 9/9 passed" in r.stdout
+
+
+def test_a_missing_tool_result_fails_batch_by_name(tmp_path, mock_url):
+    mock, start = mock_url
+    url = agent(start, tmp_path, mock, "agui", "no_result")
+    r = kstress(tmp_path, *BATCH, "--url", url, "--protocol", "agui", "--mock", mock)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "tool_result_missing" in r.stdout and "FAIL every batch turn passed its verdict" in r.stdout
+
+
+def test_a_cut_stream_fails_stress_by_name(tmp_path, mock_url):
+    mock, start = mock_url
+    url = agent(start, tmp_path, mock, "agui", "cut")
+    r = kstress(tmp_path, "stress", "--conns", "2", "--inputs", "2", "--url", url, "--protocol", "agui", "--mock", mock, "--contract", "batch=parallel")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error_frame:stream_cut" in r.stdout
+
+
+def test_bad_urls_are_usage_errors(tmp_path, mock_url):
+    mock, start = mock_url
+    url = agent(start, tmp_path, mock, "agui")
+    base = url.rsplit("/", 1)[0]
+    html = agent(start, tmp_path, mock, "agui", "html")
+    cases = [
+        (["--url", base + "/nope", "--protocol", "agui", "--mock", mock], "HTTP 404 Not Found"),
+        (["--url", html, "--protocol", "agui", "--mock", mock], "answered a web page"),
+        (["--url", "http://192.0.2.1:80/agui", "--protocol", "agui", "--mock", mock], "is not a loopback address"),
+        (["--url", url, "--protocol", "agents-ui", "--mock", mock], "not an agent protocol"),
+        (["--url", url, "--mock", mock], "needs --protocol"),
+        (["--url", url, "--protocol", "agui"], "without --mock"),
+        (["--url", url, "--protocol", "agui", "--mock", mock, "--socket", "tcp:127.0.0.1:9"], "name two systems"),
+    ]
+    for args, said in cases:
+        r = kstress(tmp_path, "batch", "--n", "2", "--kinds", "batch", "--rounds", "1", *args)
+        assert r.returncode == 2 and said in r.stderr, (args, r.returncode, r.stdout, r.stderr)
