@@ -174,6 +174,7 @@ class Launch:
         self.dialer: Dialer | None = None  # shared by every client of this sandbox's TCP or ws kernel
         self.port: int | None = None  # the kernel's port inside the namespace (tcp, ws)
         self.llm_url = ""
+        self.agent_url: str | None = None  # an agent protocol's URL, rendered ({port} filled)
         self.exit: TargetExit | None = None
         self.bin_path: Path | None = None
         self.bin_sha256 = ""
@@ -393,6 +394,8 @@ class Launch:
         if self.spec.config_template is not None and self.spec.config_file:
             (self.data_dir / self.spec.config_file).write_text(render(self.spec.config_template, values))
         self.argv = self.spec.render_argv(values)
+        if self.spec.url is not None:
+            self.agent_url = render(self.spec.url, values)
         self.bin_sha256 = await asyncio.to_thread(sha256_of, self.bin_path)
         # the token by the environment, never argv: ps shows argv to every local user (issue 22 item 13)
         env = {**_environ(), TOKEN_ENV: self.token}
@@ -410,9 +413,34 @@ class Launch:
         rss = tree_rss_mb(self.target_proc.pid)
         self.ready_rss_mb = None if rss is None else round(rss, 2)
 
+    def agent_driver(self) -> Any:
+        """The agent protocol's driver for this target's URL (None: protocol v1)."""
+        if self.agent_url is None:
+            return None
+        from ..wire.agents import agent_driver
+
+        return agent_driver(self.spec.protocol or "", self.agent_url, f"target {self.spec.source}: url")
+
+    async def _agent_ready(self) -> bool:
+        """An agent is ready when its URL answers as an endpoint of its
+        protocol (the driver's probe: AG-UI and OpenAI a refused request, A2A
+        its card), through the sandbox's connector; not yet while nothing
+        listens. A 404 or a web page is the target file's mistake: exit 2."""
+        from ..wire.agents import HttpAgentClient
+
+        try:
+            async with HttpAgentClient(self.agent_driver(), self.address, dialer=self.dialer, connect_timeout_s=2.0) as c:
+                await c.prepare(2.0)
+        except ConnError as exc:
+            self._ready_last = str(exc)
+            return False
+        return True
+
     async def _wait_ready(self) -> None:
         proc = self.target_proc
         assert proc is not None
+        agent = self.agent_url is not None
+        self._ready_last = ""
         deadline = time.monotonic() + self.spec.start_timeout_s
         unix = self.spec.listen == "unix"
         last = "the socket never appeared" if unix else "nothing listened there"
@@ -425,7 +453,11 @@ class Launch:
             if self.connector_proc is not None and self.connector_proc.returncode is not None:
                 raise ConnectorGone(f"the sandbox's connector exited ({self.connector_proc.returncode}) while the target started; its stderr:\n"
                                     f"{tail(self.logs / 'connector.err') or '(empty)'}")
-            if not unix or self.socket_path.exists():
+            if agent:
+                if await self._agent_ready():
+                    return
+                last = self._ready_last or last
+            elif not unix or self.socket_path.exists():
                 token = self.token if self.spec.ready == "auth" else None
                 try:
                     async with KernelClient(self.address, token, self.protocol, connect_timeout_s=2.0, dialer=self.dialer):
@@ -478,6 +510,7 @@ class Launch:
             "bin": str(self.bin_path) if self.bin_path else None,
             "bin_sha256": self.bin_sha256,
             "protocol": self.spec.protocol,
+            "url": self.agent_url,
             "tool_ms": self.settings.tool_ms,
             "mixed_ms": self.settings.mixed_ms,
             "tools": self.spec.tools,

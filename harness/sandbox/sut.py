@@ -215,6 +215,10 @@ class Target:
             self.address = s.kernel_address()
             self.socket, self.token = str(self.address), a.token or s.token
             self.protocol = load_protocol(a.protocol or s.protocol)
+            url = s.raw.get("url")
+            if is_agent_protocol(s.protocol) and isinstance(url, str):
+                # a detached sandbox's agent: the same driver, through its connector
+                self.driver = agent_driver(s.protocol or "", url, f"{s.path}: url")
             self.tool_ms, self.mixed_ms = s.tool_ms, s.mixed_ms
             self.catalog = s.catalog()
             self.target_pid = s.target_pid
@@ -337,6 +341,9 @@ class Target:
             self.verdict_key = L.verdict_key
             self.address, self._dialer = L.address, L.dialer
             self.socket, self.token = str(L.address), L.token
+            self.driver = L.agent_driver()
+            if self.driver is not None:
+                self.socket = f"{self.driver.url} (in the sandbox)"
             self.target_pid = L.target_proc.pid if L.target_proc else None
             # the shared mock's log is kept once, with the kernel that started it
             self.mock_log = L.run_dir / "mock.jsonl" if L.run_dir and host is None else None
@@ -347,6 +354,8 @@ class Target:
                 "startup_s": L.startup_s, "ready_rss_mb": L.ready_rss_mb,
                 "transport": L.address.scheme, "address": L.address.url,
             }
+            if self.driver is not None:
+                self.meta.update(transport="http", protocol=self.driver.name, url=self.driver.url)
             if self.label:
                 self.meta["label"] = self.label
             if self.kernel:

@@ -140,6 +140,7 @@ class TargetSpec:
     contract: Mapping[str, Any] = field(default_factory=dict)  # the target file's [contract] table
     llm_api: str = "chat"  # the LLM API the kernel speaks: chat | responses | anthropic ({llm_api})
     secret: tuple[str, ...] = ()  # env names and argv flags whose values reports show as [redacted]
+    url: str | None = None  # an agent protocol's: where it serves it, templated (http://127.0.0.1:{port}/agui)
 
     def __post_init__(self) -> None:
         where = f"target {self.source}"
@@ -166,6 +167,7 @@ class TargetSpec:
         if self.listen != "unix" and not used & {"port", "listen_url"}:
             raise UsageError(f"{where}: listen = {self.listen!r}, but nothing tells the kernel where: put {{port}} or {{listen_url}} "
                              "in its argv, env or config template (a port inside the sandbox, free for it)")
+        self._check_agent(where)
         if self.ready not in ("auth", "socket"):
             raise UsageError(f"{where}: ready={self.ready!r} is invalid; use 'auth' or 'socket'")
         if not 0.1 <= self.start_timeout_s <= 600:
@@ -179,6 +181,29 @@ class TargetSpec:
         merged(OTHER, self.contract, where=where)  # a bad [contract] fails here, naming the file
         if not self.name:
             object.__setattr__(self, "name", Path(self.bin).name)
+
+    def _check_agent(self, where: str) -> None:
+        """An agent protocol (protocol = "agui" ...) needs listen = "tcp" and a
+        url on {port}: the sandbox's connector reaches that port alone."""
+        from ..wire.agents import AGENT_PROTOCOLS, is_agent_protocol
+
+        agent = is_agent_protocol(self.protocol)
+        if self.url is None:
+            if agent:
+                raise UsageError(f"{where}: protocol = {self.protocol!r} needs url, where the agent serves it, e.g. url = \"http://127.0.0.1:{{port}}/agui\"")
+            return
+        if not agent:
+            raise UsageError(f"{where}: url = {self.url!r} is for an agent protocol: set protocol to one of {', '.join(AGENT_PROTOCOLS)} "
+                             "(a protocol v1 kernel is told {socket}, {port} or {listen_url} instead)")
+        _check_template(f"{where} url", self.url)
+        if self.listen != "tcp":
+            raise UsageError(f"{where}: protocol = {self.protocol!r} is served over HTTP: set listen = \"tcp\" (it is {self.listen!r})")
+        if "port" not in placeholders_in(self.url):
+            raise UsageError(f"{where}: url = {self.url!r} names no {{port}}: kstress reaches the agent inside the sandbox on the port it gives, "
+                             "e.g. url = \"http://127.0.0.1:{port}/agui\" (and tell the agent {port}, e.g. env PORT = \"{port}\")")
+        from ..wire.agents import check_agent_url
+
+        check_agent_url(self.url.replace("{port}", "1"), f"{where}: url")
 
     def _check_program(self) -> None:
         """An argv that does not start with a placeholder names its own program:
@@ -323,7 +348,7 @@ def load_target(path: str | Path) -> TargetSpec:
     return TargetSpec(**kw)
 
 
-_TARGET_KEYS = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args", "llm_api", "listen", "ws_path", "secret"}
+_TARGET_KEYS = {"name", "bin", "argv", "env", "ready", "start_timeout_s", "stop_signal", "stop_grace_s", "config", "protocol", "tools", "args", "llm_api", "listen", "ws_path", "secret", "url"}
 
 
 def _read_target_file(p: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -385,7 +410,7 @@ def _command_fields(t: dict[str, Any], p: Path) -> dict[str, Any]:
 def _setting_fields(t: dict[str, Any], p: Path) -> dict[str, Any]:
     """The plain strings, the tool catalog, the secret names and the environment."""
     kw: dict[str, Any] = {}
-    for key in ("name", "ready", "protocol", "llm_api", "listen", "ws_path"):
+    for key in ("name", "ready", "protocol", "llm_api", "listen", "ws_path", "url"):
         if key in t:
             if not isinstance(t[key], str):
                 raise UsageError(f"target file {p}: {key} must be a string")

@@ -423,11 +423,11 @@ async def probe_endpoint(http: "aiohttp.ClientSession", url: str, protocol: str,
         raise ConnError("timeout", f"{url}: no answer to a probe within {timeout_s:g}s") from None
     fix = f"give the URL the agent serves {protocol} at, e.g. {example}"
     if status == 404:
-        raise UsageError(f"--url {url}: HTTP 404 Not Found: there is no {protocol} endpoint at this path; {fix}")
+        raise UsageError(f"agent URL {url}: HTTP 404 Not Found: there is no {protocol} endpoint at this path; {fix}")
     if status == 405:
-        raise UsageError(f"--url {url}: HTTP 405 Method Not Allowed: this path does not take the POST a {protocol} request is; {fix}")
+        raise UsageError(f"agent URL {url}: HTTP 405 Method Not Allowed: this path does not take the POST a {protocol} request is; {fix}")
     if "html" in ctype.lower() or head.lstrip()[:15].lower().startswith(("<!doctype", "<html")):
-        raise UsageError(f"--url {url}: answered a web page (HTTP {status}, {ctype or 'no Content-Type'}), not {protocol}; {fix}")
+        raise UsageError(f"agent URL {url}: answered a web page (HTTP {status}, {ctype or 'no Content-Type'}), not {protocol}; {fix}")
     return status
 
 

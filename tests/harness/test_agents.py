@@ -273,3 +273,33 @@ async def test_a_session_keeps_its_history_for_the_next_turn(mock):
     assert [m["content"] for m in seen[2]["messages"]] == [t1.text, "answer 1", t2.text]
     assert seen[0]["threadId"] == seen[2]["threadId"] == "s1" != seen[1]["threadId"]
     assert histories == {"s1": [(t1.text, "answer 1"), (t2.text, "answer 3")]}
+
+
+# --- target files ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target, said", [
+    ('protocol = "agui"\nlisten = "tcp"\nenv = { PORT = "{port}" }', "needs url"),
+    ('url = "http://127.0.0.1:{port}/agui"\nlisten = "tcp"\nenv = { PORT = "{port}" }', "is for an agent protocol"),
+    ('protocol = "agui"\nurl = "http://127.0.0.1:8000/agui"\nlisten = "tcp"\nenv = { PORT = "{port}" }', "names no {port}"),
+    ('protocol = "agui"\nurl = "http://127.0.0.1:{port}/agui"\nlisten = "ws"\nenv = { PORT = "{port}" }', 'set listen = "tcp"'),
+    ('protocol = "agui"\nurl = "http://10.1.1.1:{port}/agui"\nlisten = "tcp"\nenv = { PORT = "{port}" }', "not a loopback address"),
+    ('protocol = "agui"\nurl = "http://127.0.0.1:{prt}/agui"\nlisten = "tcp"\nenv = { PORT = "{port}" }', "prt"),
+])
+def test_a_target_files_agent_keys_are_checked(tmp_path, target, said):
+    from harness.sandbox.target import load_target
+
+    f = tmp_path / "t.toml"
+    f.write_text(f'[target]\nbin = "python3"\n{target}\n')
+    with pytest.raises(UsageError) as info:
+        load_target(f)
+    assert said in str(info.value) and str(f) in str(info.value), str(info.value)
+
+
+def test_a_good_agent_target_file_loads(tmp_path):
+    from harness.sandbox.target import load_target
+
+    f = tmp_path / "t.toml"
+    f.write_text('[target]\nbin = "python3"\nprotocol = "agui"\nlisten = "tcp"\nurl = "http://127.0.0.1:{port}/agui"\nenv = { PORT = "{port}" }\n')
+    spec = load_target(f)
+    assert (spec.protocol, spec.url) == ("agui", "http://127.0.0.1:{port}/agui")
