@@ -11,8 +11,9 @@ http://localhost:8000) is a usage error then, not a run of failed turns.
 
 What a turn is verified for, beyond the verdict line: the task reaches
 ``completed``; every other end is a failure by name (FAILURES, and
-``jsonrpc_<code>``, ``http_<status>``, ``stream_cut``, ``bad_response``,
-``too_large``). docs/protocol.md ("A2A") is the reference; the parsing is pure
+``jsonrpc_<code>``, ``http_<status>``, ``stream_cut``, ``bad_response``;
+an event or body over the frame limit is a protocol error, as every
+protocol's is). docs/protocol.md ("A2A") is the reference; the parsing is pure
 (``parse_card``, ``SSEParser``, ``TurnReader``) so it is tested, and costed,
 on recorded transcripts.
 
@@ -37,6 +38,8 @@ import orjson
 
 from ..errors import UsageError
 from .agentproto import AgentDriver, TurnSink
+from .protocol import MAX_FRAME
+from .transport import ConnError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -71,10 +74,9 @@ ENDS = frozenset(FAILURES) | {"completed"}
 POLL_FIRST_S = 0.005
 POLL_MAX_S = 0.1
 
-# One SSE event (or JSON body) larger than this ends the turn as `too_large`:
-# the turn's byte bound (the client's) counts whole events only, and an event
-# with no end would otherwise grow without one.
-MAX_EVENT = 4 << 20
+# One SSE event or JSON body is at most the frame limit (MAX_FRAME, 1 MiB),
+# as on every protocol (harness/wire/agents.py): the turn's byte bound counts
+# whole events only, and an event with no end would otherwise grow without one.
 
 # Turns whose task id is kept for a cancel after their stream was dropped.
 PENDING_KEPT = 4096
@@ -508,9 +510,9 @@ class A2ADriver(AgentDriver):
         fix = f"the card at {ep.card_url} must name the address the agent's JSON-RPC is served at (fasta2a: agent_to_a2a(url=...); its default is http://localhost:8000)"
         try:
             async with http.post(ep.rpc_url, data=body, headers=_headers(ep, False), timeout=timeout) as resp:
-                raw = await resp.content.read(MAX_EVENT)
+                raw = await read_body(resp)
                 status = resp.status
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (ConnError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise UsageError(f"the RPC URL {ep.rpc_url} (from the agent card) does not answer ({type(exc).__name__}: {exc}); {fix}") from None
         try:
             answer = orjson.loads(raw)
@@ -568,7 +570,7 @@ class A2ADriver(AgentDriver):
         sink = reader.sink
         async with http.post(ep.rpc_url, data=body, headers=_headers(ep, ep.streaming)) as resp:
             if resp.status >= 400:
-                raw = await resp.content.read(4096)
+                raw = await read_body(resp)
                 try:
                     answer = orjson.loads(raw)
                 except orjson.JSONDecodeError:
@@ -587,19 +589,15 @@ class A2ADriver(AgentDriver):
                         for data in sse.feed(chunk):
                             if self._event(data, reader, pending):
                                 return True
-                        if sse.pending > MAX_EVENT:
-                            reader._fail("too_large", f"an SSE event over {MAX_EVENT} bytes with no end")
-                            return True
+                        if sse.pending > MAX_FRAME:
+                            raise ConnError("protocol", f"an SSE event of more than {MAX_FRAME} bytes (the frame limit)")
                     for data in sse.end():
                         if self._event(data, reader, pending):
                             return True
                 except aiohttp.ClientPayloadError as exc:
                     reader._fail("stream_cut", f"the stream broke off ({exc}) in state {reader.state!r} (task {reader.task_id})")
                 return True
-            raw = await resp.content.read(MAX_EVENT + 1)
-            if len(raw) > MAX_EVENT:
-                reader._fail("too_large", f"a JSON-RPC answer over {MAX_EVENT} bytes")
-                return False
+            raw = await read_body(resp)
             if "json" not in ctype and raw.lstrip()[:1] != b"{":
                 reader._fail("bad_response", f"HTTP {resp.status} {ctype or 'with no content type'}, not JSON-RPC: {_excerpt(raw)}")
                 return False
@@ -623,7 +621,7 @@ class A2ADriver(AgentDriver):
             wait = min(wait * 2, POLL_MAX_S)
             body = request_body(ep, "get", {"id": reader.task_id}, next(self._ids))
             async with http.post(ep.rpc_url, data=body, headers=_headers(ep, False)) as resp:
-                raw = await resp.content.read(MAX_EVENT + 1)
+                raw = await read_body(resp)
                 if resp.status >= 400:
                     try:
                         answer = orjson.loads(raw)
@@ -635,9 +633,6 @@ class A2ADriver(AgentDriver):
                     else:
                         reader._fail(f"http_{resp.status}", f"HTTP {resp.status} to {METHODS[ep.version]['get']} from {ep.rpc_url}: {_excerpt(raw)}")
                     return
-            if len(raw) > MAX_EVENT:
-                reader._fail("too_large", f"a JSON-RPC answer over {MAX_EVENT} bytes")
-                return
             self._event(raw, reader, _Pending(task_id=reader.task_id))
 
     # -- a cancel -----------------------------------------------------------
@@ -647,7 +642,11 @@ class A2ADriver(AgentDriver):
         server answered: the task's state after it (``canceled``; fasta2a
         says ``completed`` after the task ran to its end), ``jsonrpc_<code>``,
         ``http_<status>``, ``bad_response``, or None when the turn never
-        named a task (it ended, or its server never answered)."""
+        named a task (it ended, or its server never answered).
+
+        The request needs a connection of its own while the turn's stream
+        holds the turn's: on a session limited to one connection it waits
+        for the stream's end."""
         ep = self.endpoint
         pending = self._pending.get(turn.nonce)
         if ep is None or pending is None:
@@ -659,7 +658,7 @@ class A2ADriver(AgentDriver):
         self._pending.pop(turn.nonce, None)
         body = request_body(ep, "cancel", {"id": pending.task_id}, next(self._ids))
         async with http.post(ep.rpc_url, data=body, headers=_headers(ep, False)) as resp:
-            raw = await resp.content.read(MAX_EVENT)
+            raw = await read_body(resp)
             status = resp.status
         return cancel_outcome(status, raw)
 
@@ -684,6 +683,21 @@ def cancel_outcome(status: int, raw: bytes) -> str:
     return "bad_response"
 
 
+async def read_body(resp: "aiohttp.ClientResponse") -> bytes:
+    """The whole body, at most the frame limit (content.read(n) returns what
+    has arrived, not n bytes)."""
+    parts: list[bytes] = []
+    n = 0
+    while True:
+        chunk = await resp.content.read(MAX_FRAME + 1 - n)
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        n += len(chunk)
+        if n > MAX_FRAME:
+            raise ConnError("protocol", f"an answer of more than {MAX_FRAME} bytes (the frame limit) from {resp.url}")
+
+
 def _headers(ep: Endpoint, stream: bool) -> dict[str, str]:
     h = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
     if ep.version == "1.0":
@@ -696,6 +710,6 @@ async def _get(http: "aiohttp.ClientSession", url: str, timeout: "aiohttp.Client
 
     try:
         async with http.get(url, timeout=timeout, headers={"Accept": "application/json"}) as resp:
-            return resp.status, resp.headers.get("Content-Type", "").lower(), await resp.content.read(MAX_EVENT)
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            return resp.status, resp.headers.get("Content-Type", "").lower(), await read_body(resp)
+    except (ConnError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         raise UsageError(f"{what} at {url} could not be read ({type(exc).__name__}: {exc}); start the agent first, or fix --url") from None

@@ -30,7 +30,8 @@ class Behaviour:
     submit: bool = False  # message/send answers `submitted` at once (fasta2a); else it blocks until the end
     end: str = "completed"  # the state a task ends in (failed, rejected, canceled, input-required, auth-required)
     # jsonrpc: a JSON-RPC error to every send; http500: HTTP 500 with a text body;
-    # cut: the stream closes after `working`; copy-new-id: the full copy under a new artifact id
+    # cut: the stream closes after `working`; copy-new-id: the full copy under a new artifact id;
+    # shared-history: every context continues one history (a planted isolation bug)
     fault: str | None = None
     # the card: "ok", "404" (no card anywhere), "html", "no-rpc", "remote-rpc", "wrong-rpc"
     # (an address nobody serves), "grpc-only", "legacy" (only at /.well-known/agent.json)
@@ -147,7 +148,7 @@ class A2AAgent:
     # -- the agent: the mock as its LLM -------------------------------------
 
     async def agent(self, t: Task, text: str) -> None:
-        history = self.histories.setdefault(t.context_id, [])
+        history = self.histories.setdefault("one" if self.b.fault == "shared-history" else t.context_id, [])
         messages: list[dict[str, Any]] = [{"role": "system", "content": "kst"}, *history, {"role": "user", "content": text}]
         turn = [{"role": "user", "content": text}]
         t.state = "working"
@@ -258,3 +259,30 @@ class A2AAgent:
                 await send(self.chunk(t, t.answer, append=False, last=True))  # fasta2a's full copy
         await send(self.status(t, final=True))
         return resp
+
+
+async def _main(argv: list[str] | None = None) -> None:
+    import argparse
+    import signal
+
+    ap = argparse.ArgumentParser(description="an instant A2A agent whose LLM is the kstress mock")
+    ap.add_argument("--llm-url", required=True, help="the mock's base URL (with or without /v1)")
+    ap.add_argument("--version", default="1.0", choices=("1.0", "0.3"))
+    ap.add_argument("--mode", default="stream", choices=("stream", "block", "submit"))
+    ap.add_argument("--end", default="completed")
+    ap.add_argument("--fault", default=None)
+    ap.add_argument("--card", default="ok")
+    ap.add_argument("--cancel", default="honour", choices=("honour", "noop"))
+    a = ap.parse_args(argv)
+    b = Behaviour(version=a.version, streaming=a.mode == "stream", submit=a.mode == "submit", end=a.end, fault=a.fault, card=a.card, cancel=a.cancel)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with A2AAgent(a.llm_url.removesuffix("/v1"), b) as agent:
+        print(f"agent listening on {agent.url}", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(_main())
