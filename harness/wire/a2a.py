@@ -512,7 +512,9 @@ class A2ADriver(AgentDriver):
             async with http.post(ep.rpc_url, data=body, headers=_headers(ep, False), timeout=timeout) as resp:
                 raw = await read_body(resp)
                 status = resp.status
-        except (ConnError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except ConnError:
+            raise  # the client's: nobody listening is not ready yet (a launch), a slow agent is what the run is for
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise UsageError(f"the RPC URL {ep.rpc_url} (from the agent card) does not answer ({type(exc).__name__}: {exc}); {fix}") from None
         try:
             answer = orjson.loads(raw)
@@ -711,5 +713,7 @@ async def _get(http: "aiohttp.ClientSession", url: str, timeout: "aiohttp.Client
     try:
         async with http.get(url, timeout=timeout, headers={"Accept": "application/json"}) as resp:
             return resp.status, resp.headers.get("Content-Type", "").lower(), await read_body(resp)
-    except (ConnError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+    except ConnError:
+        raise  # the client's: nobody listening is not ready yet (a launch), a slow agent is what the run is for
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         raise UsageError(f"{what} at {url} could not be read ({type(exc).__name__}: {exc}); start the agent first, or fix --url") from None
