@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import aiohttp
 import psutil
 
 from ..wire.client import ConnError, KernelClient
-from ..errors import ConnectorGone
+from ..errors import ConnectorGone, UsageError
+from ..wire.agents import HttpAgentClient, agent_driver, is_agent_protocol
+from ..wire.transport import Dialer
 from ..wire.protocol import load_protocol
 from ..sandbox.namespace import processes_in
 from ..sandbox.supervisor import require_running
@@ -37,8 +40,24 @@ async def show_status(state: Path | None) -> None:
     address = s.kernel_address()
     if address.via:
         print(f"transport: {address.url} inside the namespace, reached through the connector {address.via}")
+    url = s.raw.get("url")
+    if is_agent_protocol(s.protocol) and isinstance(url, str):
+        # an agent: healthy when its URL answers as its protocol's endpoint (it has no stats)
+        try:
+            async with Dialer(address) if address.via else _none() as dialer:
+                async with HttpAgentClient(agent_driver(s.protocol or "", url), address, dialer=dialer, connect_timeout_s=5) as c:
+                    await c.prepare(5)
+            print(f"agent: {url} ({s.protocol}) healthy")
+        except (ConnError, ConnectorGone, UsageError) as exc:
+            print(f"agent: {url} ({s.protocol}) UNREACHABLE ({exc})")
+        return
     try:
         async with KernelClient(address, s.token, load_protocol(s.protocol), connect_timeout_s=5) as c:
             print(f"kernel: {address} healthy; stats: {json.dumps(await c.stats())}")
     except (ConnError, ConnectorGone) as exc:
         print(f"kernel: UNREACHABLE ({exc})")
+
+
+@contextlib.asynccontextmanager
+async def _none():
+    yield None

@@ -63,3 +63,15 @@ def test_stress_mixes_a_protocol_v1_kernel_and_an_agui_agent(cli, tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "every input to instant-agui passed its verdict — 6/6 passed" in r.stdout
     assert "every input to refkernel passed its verdict — 6/6 passed" in r.stdout
+
+
+def test_a_detached_agent_sandbox_serves_status_and_scenarios(cli, tmp_path):
+    r = cli.run("launch", "--target", str(agent_toml(tmp_path)), timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert cli.state()["url"].endswith("/agui") and cli.state()["protocol"] == "agui"
+    r = cli.run("status")
+    assert r.returncode == 0 and "(agui) healthy" in r.stdout, r.stdout + r.stderr
+    r = cli.run("batch", "--n", "2", "--kinds", "batch,slowbatch", "--rounds", "1", "--quiet", "--out", str(cli.out), timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = cli.run("stop", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
