@@ -21,6 +21,7 @@ from mock.errors import MarkerError
 
 from ..wire.client import ConnError, KernelClient, Turn
 from ..wire.transport import Address, parse_address
+from ..wire.agents import HttpAgentClient, agent_driver, is_agent_protocol
 from ..errors import UsageError
 from ..scenarios import CONNECT_TIMEOUT_S
 from ..wire.protocol import Protocol, load_protocol
@@ -35,13 +36,16 @@ class Endpoint:
     protocol: Protocol
     connect_timeout_s: float = CONNECT_TIMEOUT_S
     verdict_key: bytes | None = None
+    driver: Any = None  # a detached sandbox's agent (issue 23): its protocol's driver
 
     @property
     def socket(self) -> str:
-        return str(self.address)
+        return self.driver.url if self.driver is not None else str(self.address)
 
-    def client(self) -> KernelClient:
+    def client(self) -> Any:
         # a kernel inside a sandbox: one connection here, so a connector connection of its own
+        if self.driver is not None:
+            return HttpAgentClient(self.driver, self.address, connect_timeout_s=self.connect_timeout_s)
         return KernelClient(self.address, self.token, self.protocol, connect_timeout_s=self.connect_timeout_s)
 
 
@@ -53,7 +57,9 @@ def resolve_endpoint(socket: str | Path | None, state: Path | None, token: str |
         return Endpoint(address, token, load_protocol(protocol), connect_timeout_s, verdict_key(os.environ.get(VERDICT_KEY_ENV)))
     s = require_running(state).state
     key = s.raw.get("verdict_key")
-    return Endpoint(s.kernel_address(), token or s.token, load_protocol(protocol or s.protocol), connect_timeout_s, verdict_key(key if isinstance(key, str) else None))
+    url = s.raw.get("url")
+    driver = agent_driver(s.protocol or "", url, f"{s.path}: url") if is_agent_protocol(s.protocol) and isinstance(url, str) else None
+    return Endpoint(s.kernel_address(), token or s.token, load_protocol(protocol or s.protocol), connect_timeout_s, verdict_key(key if isinstance(key, str) else None), driver)
 
 
 def print_frames(turn: Turn, out: TextIO) -> None:

@@ -73,5 +73,7 @@ def test_a_detached_agent_sandbox_serves_status_and_scenarios(cli, tmp_path):
     assert r.returncode == 0 and "(agui) healthy" in r.stdout, r.stdout + r.stderr
     r = cli.run("batch", "--n", "2", "--kinds", "batch,slowbatch", "--rounds", "1", "--quiet", "--out", str(cli.out), timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = cli.run("kcli", "send", "!batch2")
+    assert r.returncode == 0 and "TOOL_CALL_RESULT" in r.stdout and "verdict: ok" in r.stdout, r.stdout + r.stderr
     r = cli.run("stop", timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
