@@ -78,6 +78,10 @@ POLL_MAX_S = 0.1
 # as on every protocol (harness/wire/agents.py): the turn's byte bound counts
 # whole events only, and an event with no end would otherwise grow without one.
 
+# The card read and probe when a turn comes before prepare (the turn's own
+# deadline still cancels it sooner).
+PREPARE_TIMEOUT_S = 30.0
+
 # Turns whose task id is kept for a cancel after their stream was dropped.
 PENDING_KEPT = 4096
 
@@ -470,6 +474,7 @@ class A2ADriver(AgentDriver):
         self.contexts: dict[str, str] = {}  # kstress session -> the server's contextId
         self._pending: collections.OrderedDict[str, _Pending] = collections.OrderedDict()
         self._ids = itertools.count(1)
+        self._prepare_lock = asyncio.Lock()
 
     # -- before the run -----------------------------------------------------
 
@@ -536,7 +541,13 @@ class A2ADriver(AgentDriver):
     async def run_turn(self, http: "aiohttp.ClientSession", turn: "Turn", sink: TurnSink, *, session: str | None, history: list[tuple[str, str]] | None) -> None:
         ep = self.endpoint
         if ep is None:
-            raise RuntimeError("A2ADriver.run_turn before prepare")
+            # a driver made after the readiness probe (a launch makes one for
+            # the probe and another for the run) reads the card on first use
+            async with self._prepare_lock:
+                if self.endpoint is None:
+                    await self.prepare(http, PREPARE_TIMEOUT_S)
+            ep = self.endpoint
+            assert ep is not None
         reader = TurnReader(sink)
         pending = _Pending()
         self._pending[turn.nonce] = pending

@@ -31,7 +31,8 @@ class Behaviour:
     end: str = "completed"  # the state a task ends in (failed, rejected, canceled, input-required, auth-required)
     # jsonrpc: a JSON-RPC error to every send; http500: HTTP 500 with a text body;
     # cut: the stream closes after `working`; copy-new-id: the full copy under a new artifact id;
-    # shared-history: every context continues one history (a planted isolation bug)
+    # shared-history: every context continues one history (a planted isolation bug);
+    # huge: an SSE event over the frame limit
     fault: str | None = None
     # the card: "ok", "404" (no card anywhere), "html", "no-rpc", "remote-rpc", "wrong-rpc"
     # (an address nobody serves), "grpc-only", "legacy" (only at /.well-known/agent.json)
@@ -245,6 +246,9 @@ class A2AAgent:
         await send(self.status(t))
         if self.b.fault == "cut":
             return resp  # closes the stream with the task still working
+        if self.b.fault == "huge":  # one event over the 1 MiB frame limit, never ended
+            await resp.write(b'data: {"jsonrpc":"2.0","id":1,"result":{"x":"' + b"x" * ((1 << 20) + 4096))
+            return resp
         await t.done.wait()
         if t.state == "completed":
             n = max(1, min(self.b.chunks, len(t.answer)))

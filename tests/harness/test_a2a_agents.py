@@ -77,6 +77,15 @@ async def test_a_misbehaving_a2a_agent_fails_by_name(mock, b, name):
     assert f"error_frame:{name}" in failures(t)
 
 
+async def test_an_event_over_the_frame_limit_is_a_protocol_error(mock):
+    async with A2AAgent(mock.url, Behaviour(fault="huge")) as agent:
+        async with HttpAgentClient(agent_driver("a2a", agent.url)) as c:
+            await c.prepare(5)
+            t = await c.turn("hello", 20)
+    assert (t.outcome, t.conn_kind) == ("conn_error", "protocol"), (t.outcome, t.conn_kind, t.conn_error, t.error_code)
+    assert "frame limit" in t.conn_error
+
+
 # --- as a user types it -------------------------------------------------------------------------
 
 def _line(path: Path, prefix: str, proc: subprocess.Popen) -> str:

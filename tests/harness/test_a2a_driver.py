@@ -435,3 +435,14 @@ async def test_prepare_refuses_a_non_loopback_url_and_nothing_listening():
             await A2ADriver("http://192.0.2.1:80/").prepare(http, 2)
         with pytest.raises(UsageError, match="could not be read .* start the agent first"):
             await A2ADriver("http://127.0.0.1:9/").prepare(http, 2)
+
+
+async def test_a_driver_never_prepared_reads_the_card_at_its_first_turn(mock):
+    """A launch probes readiness with one driver and runs with another: the
+    second reads the card once, at its first turn, however many come at once."""
+    async with A2AAgent(mock.url) as agent, aiohttp.ClientSession() as http:
+        d = A2ADriver(agent.url)
+        sinks = await asyncio.gather(*(run(d, http, turn_for(None)) for _ in range(3)))
+        assert [s.code for s in sinks] == [None] * 3
+        assert d.endpoint.rpc_url == agent.url + "/rpc"
+        assert agent.methods.count("GetTask") == 1  # one probe, not one per turn
