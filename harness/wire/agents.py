@@ -318,8 +318,10 @@ class HttpAgentClient:
         if self._closed:
             return
         self._closed = True
-        for task in list(self._running.values()):
+        running = list(self._running.values())
+        for task in running:
             task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         http, self.http = self.http, None
         if http is not None:
             await http.close()
@@ -381,6 +383,11 @@ class HttpAgentClient:
             return
         except aiohttp.ClientPayloadError as exc:
             sink.error("stream_cut", f"the response body broke off ({exc})")
+        except aiohttp.ClientError as exc:
+            # not HTTP at all (a protocol v1 kernel at the URL, garbage): what a
+            # v1 frame that is no JSON is
+            turn.lost("protocol", f"{self.path}: not an HTTP answer ({type(exc).__name__}: {exc})")
+            return
         if turn.outcome == "pending":
             sink.error("stream_cut", "the driver read the response to its end and found no end of the turn")
         if session is not None and turn.outcome == "response":

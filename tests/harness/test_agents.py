@@ -303,3 +303,21 @@ def test_a_good_agent_target_file_loads(tmp_path):
     f.write_text('[target]\nbin = "python3"\nprotocol = "agui"\nlisten = "tcp"\nurl = "http://127.0.0.1:{port}/agui"\nenv = { PORT = "{port}" }\n')
     spec = load_target(f)
     assert (spec.protocol, spec.url) == ("agui", "http://127.0.0.1:{port}/agui")
+
+
+async def test_a_server_that_does_not_speak_http_is_a_protocol_error():
+    async def garbage(reader, writer):
+        await reader.read(100)
+        writer.write(b'{"type":"response","kind":"auth","ok":true,"protocol":1}\n')  # a protocol v1 kernel at the URL
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        async with HttpAgentClient(agent_driver("agui", f"http://127.0.0.1:{port}/agui")) as c:
+            t = await c.turn("hello", 10)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert t.outcome == "conn_error" and t.conn_kind == "protocol" and "not an HTTP answer" in t.conn_error, (t.outcome, t.conn_error)
