@@ -241,6 +241,7 @@ def _connector_class() -> type:
             self.address, self.dialer, self.connect_timeout_s = address, dialer, connect_timeout_s
             self.dials = 0
             self.first: socket.socket | None = None  # dialled by connect()
+            self.proto: Any = None  # the connection made last
 
         async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
             sock, self.first = self.first, None
@@ -253,7 +254,21 @@ def _connector_class() -> type:
                 sock.close()
                 raise
             self.dials += 1
+            self.proto = proto
             return proto
+
+        def alive(self) -> bool:
+            """Is the one connection open? The dialled one not yet used, by a
+            peek (b'' is the peer's close); else the last one aiohttp used."""
+            if self.first is not None:
+                try:
+                    return self.first.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+                except BlockingIOError:
+                    return True
+                except OSError:
+                    return False
+            proto = self.proto
+            return proto is not None and proto.is_connected()
 
         def _close(self, *a: Any, **kw: Any) -> Any:
             if self.first is not None:  # dialled, never used
@@ -334,7 +349,12 @@ class HttpAgentClient:
 
     @property
     def connected(self) -> bool:
-        return self.http is not None and not self._closed
+        """Open, and its connection too (hold counts them): an agent that closes
+        an idle keep-alive connection is not holding it, though the next turn
+        would dial again; one with a turn in flight is connected."""
+        if self.http is None or self._closed:
+            return False
+        return bool(self._running) or self.http.connector.alive()  # type: ignore[union-attr]
 
     async def stats(self, timeout_s: float = 5.0) -> dict[str, Any]:
         return {}  # an agent has no stats frame: scenarios treat the stats as absent

@@ -25,6 +25,7 @@ from harness.wire.client import TURN_BYTES_MAX, ConnError, Turn
 from harness.wire.protocol import AGENT_NAMES, Protocol, load_protocol
 from mock.markers import build_plan
 from mock.server import MockServer, MockSettings
+from waiting import await_until
 
 sys.path.insert(0, str(Path(__file__).parent))
 from agentserver import serve  # noqa: E402
@@ -321,3 +322,23 @@ async def test_a_server_that_does_not_speak_http_is_a_protocol_error():
         server.close()
         await server.wait_closed()
     assert t.outcome == "conn_error" and t.conn_kind == "protocol" and "not an HTTP answer" in t.conn_error, (t.outcome, t.conn_error)
+
+
+async def test_connected_says_whether_the_agent_still_holds_the_connection():
+    peers = []
+
+    async def accept(reader, writer):
+        peers.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        async with HttpAgentClient(agent_driver("agui", f"http://127.0.0.1:{port}/agui")) as c:
+            await await_until(lambda: peers, 10, "the connection accepted")
+            assert c.connected
+            peers[0].close()  # the agent drops the idle connection (a keep-alive timeout)
+            await await_until(lambda: not c.connected, 10, "connected to turn false")
+        assert not c.connected
+    finally:
+        server.close()
+        await server.wait_closed()

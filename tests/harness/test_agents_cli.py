@@ -79,7 +79,7 @@ def kstress(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 BATCH = ("batch", "--n", "2,4", "--kinds", "batch,slowbatch", "--rounds", "1", "--contract", "batch=parallel")
 
 
-@pytest.mark.parametrize("protocol", ["agui", "openai-chat"])
+@pytest.mark.parametrize("protocol", ["agui", "openai-chat", "openai-responses"])
 def test_batch_and_stress_pass_on_a_good_agent(tmp_path, mock_url, protocol):
     mock, start = mock_url
     url = agent(start, tmp_path, mock, protocol)
