@@ -38,6 +38,7 @@ import orjson
 
 from ..errors import UsageError
 from .agentproto import AgentDriver, TurnSink
+from .agents import drain
 from .protocol import MAX_FRAME
 from .transport import ConnError
 
@@ -614,6 +615,10 @@ class A2ADriver(AgentDriver):
                     async for chunk in resp.content.iter_any():
                         for data in sse.feed(chunk):
                             if self._event(data, reader, pending):
+                                # the final state: fasta2a closes now; a server
+                                # that does not is read a moment, so the
+                                # connection is kept (an unread body closes it)
+                                await drain(resp)
                                 return True
                         if sse.pending > MAX_FRAME:
                             raise ConnError("protocol", f"an SSE event of more than {MAX_FRAME} bytes (the frame limit)")
@@ -682,6 +687,8 @@ class A2ADriver(AgentDriver):
             pending.known = pending.known or asyncio.Event()
             await pending.known.wait()
         self._pending.pop(turn.nonce, None)
+        if pending.task_id is None:
+            return None  # the turn ended without naming a task
         body = request_body(ep, "cancel", {"id": pending.task_id}, next(self._ids))
         async with http.post(ep.rpc_url, data=body, headers=_headers(ep, False)) as resp:
             raw = await read_body(resp)

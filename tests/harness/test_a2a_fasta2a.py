@@ -98,6 +98,7 @@ async def test_fasta2a_answers_pass_through_the_driver(mock, fasta2a):
         ep = c.driver.endpoint
         assert (ep.version, ep.streaming, ep.rpc_url) == ("1.0", True, fasta2a)
         turns = [await c.turn(m, 30) for m in ("!batch4", "hello")]
+        assert c.http.connector.dials == 1  # card, probe and both streams on one kept-alive connection
     for t in turns:
         assert t.outcome == "response", (t.outcome, t.error_code, t.error_message, t.conn_error)
         assert t.reply.count(f"KST nonce={t.nonce} ") == 1, "fasta2a's full copy is not added to the chunks"
