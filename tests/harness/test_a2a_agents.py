@@ -77,6 +77,21 @@ async def test_a_misbehaving_a2a_agent_fails_by_name(mock, b, name):
     assert f"error_frame:{name}" in failures(t)
 
 
+async def test_the_poll_of_a_task_that_never_ends_stops_at_the_turn_deadline(mock):
+    """A submitted task is polled until the client's deadline cancels the turn:
+    the turn is a timeout, and the connection serves the next turn."""
+    async with A2AAgent(mock.url, Behaviour(version="0.3", streaming=False, submit=True)) as agent:
+        async with HttpAgentClient(agent_driver("a2a", agent.url)) as c:
+            await c.prepare(5)
+            t = await c.turn("!hang", 1.0)
+            assert t.outcome == "timeout", (t.outcome, t.error_code, t.error_message)
+            polls = agent.methods.count("tasks/get")
+            assert polls >= 2, agent.methods  # the probe, then at least one poll
+            # the next turn on the same connection is served: nothing of the old poll is left on it
+            t2 = await c.turn("hello", 20)
+            assert t2.outcome == "response", (t2.outcome, t2.error_code, t2.error_message)
+
+
 async def test_an_event_over_the_frame_limit_is_a_protocol_error(mock):
     async with A2AAgent(mock.url, Behaviour(fault="huge")) as agent:
         async with HttpAgentClient(agent_driver("a2a", agent.url)) as c:
