@@ -40,9 +40,11 @@ class TurnSink(Interface):
     def delta(self, text: str) -> None:
         """A piece of the answer's text, streamed."""
 
-    def tool(self, call_id: str, name: str | None, phase: str, *, ok: bool | None = None, arguments: str | None = None) -> None:
+    def tool(self, call_id: str, name: str | None, phase: str, *, ok: bool | None = None, arguments: str | None = None, content: str | None = None) -> None:
         """A tool call the protocol shows: phase `start`, `args`, `end` or
-        `result` (AG-UI's TOOL_CALL_*; a Responses function_call item)."""
+        `result` (AG-UI's TOOL_CALL_*; a Responses function_call item).
+        ``content``: a result's text, where the protocol shows it (AG-UI): a
+        session's history carries it back (``history`` entries' ``steps``)."""
 
     def done(self, text: str | None) -> None:
         """The turn's answer is complete. ``text``: the whole answer when the
@@ -83,7 +85,11 @@ class AgentDriver:
         ``sink.error``. ``session``: the conversation this turn continues (AG-UI
         threadId, A2A contextId); ``history``: that session's earlier (input,
         answer) pairs, for a protocol whose client carries the history (AG-UI,
-        OpenAI chat). The client enforces the deadline by cancelling this."""
+        OpenAI chat). Each entry is a tuple ``(input, answer)`` with a ``steps``
+        attribute: the tool steps that turn showed, each a list of
+        ``{"id", "name", "args", "content"}`` in declared order (empty where the
+        protocol shows none), for a protocol whose history carries the
+        exchange (AG-UI). The client enforces the deadline by cancelling this."""
         raise NotImplementedError
 
     async def cancel(self, http: "aiohttp.ClientSession", turn: "Turn") -> str | None:

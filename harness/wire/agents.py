@@ -112,6 +112,29 @@ def agent_driver(name: str, url: str, flag: str = "--url") -> AgentDriver:
     return getattr(mod, cls)(url)
 
 
+class Exchange(tuple):
+    """One answered turn of a session, for the next turn's history: ``(input,
+    answer)``, and ``steps``, its shown tool steps (each a list of ``{"id",
+    "name", "args", "content"}`` in the order the calls were shown, which is
+    the order they were declared) -- what a protocol whose client carries the
+    history must send back whole (the mock checks every earlier turn's tool
+    exchange: docs/markers.md, *Sessions*)."""
+
+    steps: list[list[dict[str, Any]]]
+
+    def __new__(cls, said: str, answer: str, steps: list[list[dict[str, Any]]] | None = None) -> "Exchange":
+        self = super().__new__(cls, (said, answer))
+        self.steps = steps or []
+        return self
+
+    @classmethod
+    def of(cls, turn: Turn) -> "Exchange":
+        steps: dict[int, list[dict[str, Any]]] = {}
+        for call_id, c in (turn.tools_shown or {}).items():
+            steps.setdefault(c.get("step", 1), []).append({"id": call_id, "name": c.get("name") or "", "args": c.get("args") or "", "content": c.get("content") or ""})
+        return cls(turn.text, turn.reply, [steps[k] for k in sorted(steps)])
+
+
 class Flooded(Exception):
     """Raised by the sink out of the driver when a turn passed a byte bound."""
 
@@ -165,11 +188,13 @@ class TurnRecorder:
     deltas, the answer or the error, t_done), and keeps the tool calls the
     protocol showed in ``turn.tools_shown`` for the judge."""
 
-    __slots__ = ("turn", "ended")
+    __slots__ = ("turn", "ended", "step", "in_step")
 
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
         self.ended = False
+        self.step = 0  # the tool step a START belongs to: a new one after a result or text
+        self.in_step = False
 
     def frame(self, event: dict[str, Any], size: int) -> None:
         turn = self.turn
@@ -188,14 +213,19 @@ class TurnRecorder:
     def delta(self, text: str) -> None:
         self.turn.text_chars += len(text)
         self.turn.deltas.append(text)
+        if text:
+            self.in_step = False
 
-    def tool(self, call_id: str, name: str | None, phase: str, *, ok: bool | None = None, arguments: str | None = None) -> None:
+    def tool(self, call_id: str, name: str | None, phase: str, *, ok: bool | None = None, arguments: str | None = None, content: str | None = None) -> None:
         shown = self.turn.tools_shown
         if shown is None:
             shown = self.turn.tools_shown = {}
         if len(shown) >= TURN_FRAMES_KEPT and call_id not in shown:
             return  # bounded like the frames: a flood of ids is caught by the byte bound
-        c = shown.setdefault(call_id, {"name": name, "args": "", "start": 0, "end": 0, "results": 0})
+        if phase == "start" and not self.in_step:
+            self.step += 1
+            self.in_step = True
+        c = shown.setdefault(call_id, {"name": name, "args": "", "start": 0, "end": 0, "results": 0, "step": self.step, "content": None})
         if name and not c["name"]:
             c["name"] = name
         if phase == "start":
@@ -207,6 +237,9 @@ class TurnRecorder:
             c["end"] += 1
         elif phase == "result":
             c["results"] += 1
+            self.in_step = False
+            if c["content"] is None and content is not None:
+                c["content"] = content
         if arguments is not None and phase != "args":
             c["args"] = arguments
 
@@ -411,7 +444,7 @@ class HttpAgentClient:
         if turn.outcome == "pending":
             sink.error("stream_cut", "the driver read the response to its end and found no end of the turn")
         if session is not None and turn.outcome == "response":
-            self.histories.setdefault(session, []).append((turn.text, turn.reply))
+            self.histories.setdefault(session, []).append(Exchange.of(turn))
 
     async def collect(self, turn: Turn, timeout_s: float) -> Turn:
         task = self._running.get(turn.input_id)

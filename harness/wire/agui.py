@@ -45,8 +45,15 @@ def run_input(turn: "Turn", session: str | None, history: list[tuple[str, str]] 
     """The RunAgentInput of one turn: every optional field present and empty,
     since some servers' models require them."""
     messages: list[dict[str, Any]] = []
-    for i, (said, answer) in enumerate(history or ()):
+    for i, entry in enumerate(history or ()):
+        said, answer = entry
         messages.append({"id": f"u{i}-{session}", "role": "user", "content": said})
+        # the turn's tool exchange, whole: a stateless server sends it back to
+        # its LLM, which (the mock) checks every earlier turn's exchange
+        for k, step in enumerate(getattr(entry, "steps", ()) or ()):
+            messages.append({"id": f"a{i}s{k}-{session}", "role": "assistant", "content": "",
+                             "toolCalls": [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["args"]}} for c in step]})
+            messages += [{"id": f"t{i}s{k}c{j}-{session}", "role": "tool", "toolCallId": c["id"], "content": c["content"]} for j, c in enumerate(step)]
         messages.append({"id": f"a{i}-{session}", "role": "assistant", "content": answer})
     messages.append({"id": f"u-{turn.nonce}", "role": "user", "content": turn.text})
     return {
@@ -98,7 +105,8 @@ class AguiDriver(AgentDriver):
                 elif kind in TOOL_PHASES:
                     call_id = str(ev.get("toolCallId", ""))
                     phase = TOOL_PHASES[kind]
-                    sink.tool(call_id, ev.get("toolCallName"), phase, arguments=ev.get("delta") if phase == "args" else None)
+                    sink.tool(call_id, ev.get("toolCallName"), phase, arguments=ev.get("delta") if phase == "args" else None,
+                              content=ev.get("content") if phase == "result" and isinstance(ev.get("content"), str) else None)
                 elif kind == "TOOL_CALL_CHUNK":  # the convenience form: start and args in one
                     call_id = str(ev.get("toolCallId", ""))
                     if ev.get("toolCallName"):

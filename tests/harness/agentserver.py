@@ -22,6 +22,7 @@ purpose, one way each, to see kstress name it:
     html           every path answers a web page
     json           the endpoint answers plain JSON (the answer) where SSE was due
     error_event    OpenAI: an error event in place of the end
+    shared_history AG-UI: one history for every thread (the last run's input leaks into the next run's)
 
 Importable too: ``make_app(protocol, llm_url, fault)`` for an in-process server.
 """
@@ -105,12 +106,23 @@ class Agent:
             await self.http.close()
 
 
+def chat_message(m: dict) -> dict:
+    """An AG-UI message as a chat completions one (what a stateless agent does
+    with the history its client sends)."""
+    if m["role"] == "tool":
+        return {"role": "tool", "tool_call_id": m["toolCallId"], "content": m.get("content") or ""}
+    if m.get("toolCalls"):
+        return {"role": "assistant", "content": m.get("content") or None, "tool_calls": m["toolCalls"]}
+    return {"role": m["role"], "content": m.get("content") or ""}
+
+
 def sse(obj: dict) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
 def make_app(protocol: str, llm_url: str, fault: str = "none") -> web.Application:
     agent = Agent(llm_url)
+    shared: list[dict] = []  # the shared_history fault's
     app = web.Application()
 
     async def close(_app: web.Application) -> None:
@@ -127,7 +139,11 @@ def make_app(protocol: str, llm_url: str, fault: str = "none") -> web.Applicatio
         body = await request.json()
         if not isinstance(body, dict) or not {"threadId", "runId", "messages"} <= body.keys():
             return web.json_response({"detail": "not a RunAgentInput"}, status=422)
-        messages = [{"role": m["role"], "content": m.get("content") or ""} for m in body["messages"] if m.get("role") in ("user", "assistant")]
+        messages = [chat_message(m) for m in body["messages"] if m.get("role") in ("user", "assistant", "tool")]
+        if fault == "shared_history":
+            # a planted bug: a history held per process, not per threadId
+            leaked, shared[:] = list(shared), [m for m in messages if m["role"] == "user"][-1:]
+            messages = leaked + messages
         if fault == "json":
             answer = await agent.run(messages, _no_emit)
             return web.json_response({"answer": answer})

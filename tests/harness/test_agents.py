@@ -19,7 +19,7 @@ from harness.errors import UsageError
 from harness.judge.contract import OTHER, merged
 from harness.judge.verdict import judge
 from harness.wire import agents
-from harness.wire.agents import AGENT_PROTOCOLS, HttpAgentClient, agent_driver, check_agent_url
+from harness.wire.agents import AGENT_PROTOCOLS, Exchange, HttpAgentClient, agent_driver, check_agent_url
 from harness.wire.agui import run_input
 from harness.wire.client import TURN_BYTES_MAX, ConnError, Turn
 from harness.wire.protocol import AGENT_NAMES, Protocol, load_protocol
@@ -96,6 +96,12 @@ def test_run_input_carries_the_session_and_its_history():
     body = run_input(t, "s1", [("a #n0", "answer 0")])
     assert body["threadId"] == "s1" and body["runId"].startswith("r-n1-")
     assert [(m["role"], m["content"]) for m in body["messages"]] == [("user", "a #n0"), ("assistant", "answer 0"), ("user", "hi #n1")]
+    steps = [[{"id": "call_n0_0", "name": "lookup", "args": '{"key": "n0/0"}', "content": "found"}]]
+    body = run_input(t, "s1", [Exchange("a #n0", "answer 0", steps)])
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "tool", "assistant", "user"]
+    call = body["messages"][1]["toolCalls"][0]
+    assert call == {"id": "call_n0_0", "type": "function", "function": {"name": "lookup", "arguments": '{"key": "n0/0"}'}}
+    assert body["messages"][2]["toolCallId"] == "call_n0_0" and body["messages"][2]["content"] == "found"
     lone = run_input(t, None, None)
     assert lone["threadId"] == "t-n1" and len(lone["messages"]) == 1
 

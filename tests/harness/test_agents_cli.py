@@ -124,3 +124,20 @@ def test_bad_urls_are_usage_errors(tmp_path, mock_url):
     for args, said in cases:
         r = kstress(tmp_path, "batch", "--n", "2", "--kinds", "batch", "--rounds", "1", *args)
         assert r.returncode == 2 and said in r.stderr, (args, r.returncode, r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("fault", ["none", "shared_history"])
+def test_sessions_over_agui_hold_each_thread_to_its_own_history(tmp_path, mock_url, fault):
+    """The client sends each session's whole history (tool exchanges too) on
+    its own threadId: a stateless agent passes; one that shares a history
+    across threads fails by name."""
+    mock, start = mock_url
+    url = agent(start, tmp_path, mock, "agui", fault)
+    r = kstress(tmp_path, "sessions", "--sessions", "3", "--turns", "3", "--contract", "sessions=true", "--contract", "batch=parallel",
+                "--url", url, "--protocol", "agui", "--mock", mock)
+    if fault == "none":
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "PASS every session kept its own history" in r.stdout
+    else:
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "FAIL every session kept its own history — history " in r.stdout

@@ -26,7 +26,7 @@ def pydai(tmp_path, mock_url):
     return mock, _line(tmp_path / "pydai.out", "agent listening on ", p)
 
 
-def test_pydantic_ai_agui_passes_batch_and_stress(tmp_path, pydai):
+def test_pydantic_ai_agui_passes_batch_stress_and_sessions(tmp_path, pydai):
     mock, url = pydai
     r = kstress(tmp_path, "batch", "--n", "2,4", "--kinds", "batch,slowbatch", "--rounds", "1", "--contract", "batch=parallel",
                 "--url", url, "--protocol", "agui", "--mock", mock)
@@ -36,6 +36,11 @@ def test_pydantic_ai_agui_passes_batch_and_stress(tmp_path, pydai):
                 "--url", url, "--protocol", "agui", "--mock", mock)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "every input passed its verdict — 12/12 passed" in r.stdout
+    # pydantic-ai's AGUIAdapter keeps no history (manage_message_history='client'): the client's, tool exchanges included
+    r = kstress(tmp_path, "sessions", "--sessions", "3", "--turns", "3", "--contract", "sessions=true", "--contract", "batch=parallel",
+                "--url", url, "--protocol", "agui", "--mock", mock)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS every session kept its own history" in r.stdout
 
 
 def test_a_contract_pydantic_ai_does_not_keep_fails_by_name(tmp_path, pydai):
