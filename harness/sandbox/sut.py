@@ -189,6 +189,9 @@ class Target:
         elif a.url is not None:
             self._prepare_url()
         elif a.socket is not None:
+            if is_agent_protocol(a.protocol):
+                raise UsageError(f"--protocol {a.protocol} is an agent protocol, served over HTTP: give the agent's URL with --url, "
+                                 f"not --socket {a.socket} (which takes a protocol v1 kernel, or an adapter module:Class)")
             self.address = Address("unix", path=str(a.socket)) if isinstance(a.socket, Path) else parse_address(a.socket)
             self.socket, self.token = str(self.address), a.token
             self.protocol = load_protocol(a.protocol)
@@ -215,6 +218,9 @@ class Target:
             self.address = s.kernel_address()
             self.socket, self.token = str(self.address), a.token or s.token
             self.protocol = load_protocol(a.protocol or s.protocol)
+            if a.protocol and is_agent_protocol(a.protocol) != is_agent_protocol(s.protocol):
+                raise UsageError(f"--protocol {a.protocol}: the running sandbox's target speaks {s.protocol or 'kstress-v1'}; "
+                                 "drop --protocol (the sandbox knows what its target speaks)")
             url = s.raw.get("url")
             if is_agent_protocol(s.protocol) and isinstance(url, str):
                 # a detached sandbox's agent: the same driver, through its connector

@@ -120,6 +120,7 @@ def test_bad_urls_are_usage_errors(tmp_path, mock_url):
         (["--url", url, "--mock", mock], "needs --protocol"),
         (["--url", url, "--protocol", "agui"], "without --mock"),
         (["--url", url, "--protocol", "agui", "--mock", mock, "--socket", "tcp:127.0.0.1:9"], "name two systems"),
+        (["--socket", "tcp:127.0.0.1:9", "--protocol", "agui", "--mock", mock], "give the agent's URL with --url"),
     ]
     for args, said in cases:
         r = kstress(tmp_path, "batch", "--n", "2", "--kinds", "batch", "--rounds", "1", *args)
