@@ -69,7 +69,7 @@ def observed_entry(who: str, declared: str | None, counts: dict[str, Any] | None
     if counts is None:
         entry.update(checked=False, why=unreachable)
     elif declared is None:
-        entry.update(checked=False, why="the run declares no LLM API for this kernel (a bare --socket): the counts are a record only")
+        entry.update(checked=False, why="the run declares no LLM API for this kernel (a bare --socket or --url): the counts are a record only")
     else:
         entry["checked"] = True
     return entry

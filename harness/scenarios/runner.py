@@ -417,7 +417,7 @@ def _observed(rundir: RunDir, t: Target) -> dict[str, Any]:
     if counts is None:
         counts = count_records(t.llm_seen)
     if t.mock_log is None and t.join is None:
-        why = "no mock log and no mock to ask (a bare --socket without --mock): not checked"
+        why = "no mock log and no mock to ask (a bare --socket or --url without --mock): not checked"
     else:
         why = "the mock recorded no request of this run's turns: not checked"
     return observed_entry(t.label or t.kernel, declared, counts, why)
