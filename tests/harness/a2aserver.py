@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """An instant A2A agent for the driver's tests: aiohttp on loopback, JSON-RPC
 with either method set, streaming or not, blocking or submitted-then-poll,
 whose LLM is the real kstress mock (a chat-completions loop running the
@@ -52,8 +53,9 @@ class Task:
 
 
 class A2AAgent:
-    def __init__(self, mock_url: str, b: Behaviour | None = None) -> None:
+    def __init__(self, mock_url: str, b: Behaviour | None = None, port: int = 0) -> None:
         self.mock_url = mock_url.rstrip("/")
+        self.port = port
         self.b = b or Behaviour()
         self.tasks: dict[str, Task] = {}
         self.histories: dict[str, list[dict[str, Any]]] = {}
@@ -71,7 +73,7 @@ class A2AAgent:
         app.router.add_post("/rpc", self._rpc)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
         port = self._runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{port}"
@@ -277,13 +279,14 @@ async def _main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fault", default=None)
     ap.add_argument("--card", default="ok")
     ap.add_argument("--cancel", default="honour", choices=("honour", "noop"))
+    ap.add_argument("--port", type=int, default=0)
     a = ap.parse_args(argv)
     b = Behaviour(version=a.version, streaming=a.mode == "stream", submit=a.mode == "submit", end=a.end, fault=a.fault, card=a.card, cancel=a.cancel)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with A2AAgent(a.llm_url.removesuffix("/v1"), b) as agent:
+    async with A2AAgent(a.llm_url.removesuffix("/v1"), b, a.port) as agent:
         print(f"agent listening on {agent.url}", flush=True)
         await stop.wait()
 
