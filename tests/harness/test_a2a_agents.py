@@ -7,7 +7,6 @@ purpose and not on the same agent behaving."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
