@@ -235,6 +235,28 @@ def contract_refusals(co: Any, cn: Any, used: tuple[str, ...], scenario: Any) ->
 # --- rows ----------------------------------------------------------------------------------
 
 
+def holm(rows: list[dict[str, Any]], alpha: float) -> list[dict[str, Any]]:
+    """Holm's step-down correction over one comparison's rows: each row is a
+    test at ``alpha``, and k of them at once would call some identical pair
+    better or worse k times as often. The rows with a p-value, smallest p
+    first, keep a better/worse verdict while p < alpha / (m - rank); from the
+    first that does not, every later one is `same`, saying why. Rows without
+    a p-value (unmeasurable, or worse for being unmeasured) are not tests and
+    keep their verdict. Mutates and returns ``rows``."""
+    tested = sorted((r for r in rows if r.get("p") is not None), key=lambda r: r["p"])
+    m = len(tested)
+    failed = False
+    for rank, r in enumerate(tested):
+        need = alpha / (m - rank)
+        failed = failed or r["p"] >= need
+        r["holm_alpha"] = need
+        if failed and r.get("verdict") in ("better", "worse"):
+            r["within_test_verdict"] = r["verdict"]
+            r["verdict"] = "same"
+            r["reason"] = f"{r['within_test_verdict']} by this test alone (p={r['p']:.3g}), not after Holm's correction for {m} comparisons (p < {need:.3g} needed)"
+    return rows
+
+
 def verdict_row(out: dict[str, Any], samples: dict[str, list[float]], notes: dict[str, str], s: dict[str, Any], *, higher_is_better: bool, rate: bool = False,
                 missing_new_is_worse: bool = True) -> dict[str, Any]:
     """One row's verdict from OLD's and NEW's samples (``notes``: why a side

@@ -30,7 +30,7 @@ from .options import arg, check_timeouts, connect_opt, contract_opt, opt, out_op
 from ..results.report import checks_section, fmt_ms, fmt_num, header, md_code, md_text
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario, settings_json
-from ..results.comparison import CompareSpec, verdict_row
+from ..results.comparison import CompareSpec, holm, verdict_row
 from ..results.stats import ALPHA, MIN_EFFECT
 from ..sandbox.sut import Access, Target
 from ..judge.verdict import is_timing_sample
@@ -163,6 +163,9 @@ def summarize_cmp(rows: list[dict[str, Any]], s: dict[str, Any], extras: dict[st
         _dim_rate(rows, s, "bombardment", f"pass rate of {s['bombard_conns']} connections at once, higher is better"),
         _dim_rate(rows, s, "stability", f"error-free rate over {s['stability_rounds']} consecutive rounds, higher is better"),
     ]
+    # four tests at alpha each: an identical pair would come out better or
+    # worse somewhere about four times as often as alpha says (issue 22)
+    holm(dims, s["alpha"])
     return {"dimensions": dims, "regressed": [d["name"] for d in dims if d["verdict"] == "worse"],
             # one launch each: shown side by side, not a significance test
             "startup": (extras or {}).get("startup")}

@@ -266,3 +266,21 @@ def test_a_band_from_zero_bounds_nothing_and_stays_valid_json():
     assert row["verdict"] == "inconclusive" and "from 0: no factor bounds it" in row["reason"]
     assert row["drift"]["old_band"] is None and row["drift"]["limit"] is None
     json.dumps(row, allow_nan=False)
+
+
+def test_holm_keeps_a_strong_verdict_and_drops_one_that_four_tests_at_once_would_make_by_chance():
+    """cmp's four dimensions are four tests: an identical build came out
+    `better` on its speedup at p=0.041 (issue 22's serial cmp test). With
+    Holm's step-down correction the smallest p must be under alpha/4."""
+    from harness.results.comparison import holm
+
+    rows = [dict(name="batch", verdict="same", p=0.872), dict(name="concurrency", verdict="better", p=0.0411),
+            dict(name="bombardment", verdict="same", p=1.0), dict(name="stability", verdict="same", p=1.0)]
+    holm(rows, 0.05)
+    assert [r["verdict"] for r in rows] == ["same"] * 4
+    assert rows[1]["within_test_verdict"] == "better" and "Holm's correction for 4 comparisons" in rows[1]["reason"]
+    # a real regression (serial tools: every round apart, p at the floor of 6 vs 6 rounds) stays
+    rows = [dict(name="batch", verdict="worse", p=0.0022), dict(name="concurrency", verdict="worse", p=0.0043),
+            dict(name="bombardment", verdict="same", p=1.0), dict(name="unmeasured", verdict="worse", p=None)]
+    holm(rows, 0.05)
+    assert [r["verdict"] for r in rows] == ["worse", "worse", "same", "worse"]
