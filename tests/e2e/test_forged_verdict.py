@@ -1,7 +1,7 @@
 """A kernel that writes its own verdict lines fails by `forged_verdict`, in
 every scenario (issue 22 item 1). Before: 40/40 in stress, and a pass in
 sessions, findmax, batch and abtest, with the mock holding no record of any
-of those turns. tests/harness/test_forged_verdict.py holds the judge's rules
+of those turns. tests/harness/test_verdict_auth.py holds the judge's rules
 one by one; this is the real kernel, in a real sandbox."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from harness.wire.client import Turn
 from harness.judge.verdict import judge as judge_authenticated
 
 # hand-made replies and replies of a mock without a verdict key: the line is
-# read as given here; tests/harness/test_forged_verdict.py holds authentication
+# read as given here; tests/harness/test_verdict_auth.py holds authentication
 judge = functools.partial(judge_authenticated, authenticate=False)
 from mock import DEFAULT_CATALOG
 from mock.markers import build_plan, compose
