@@ -99,7 +99,7 @@ CASES = [
     ("state-missing", ["stress", "--state", "{w}/nope.json"], 2, ["cannot read it"]),
     ("state-not-json", ["stress", "--state", "{w}/plain.txt"], 2, ["not valid JSON"]),
     ("protocol-unimportable", ["stress", "--socket", "{sock}", "--protocol", "nosuchmod:P"], 2, ["cannot import 'nosuchmod'"]),
-    ("protocol-no-colon", ["stress", "--socket", "{sock}", "--protocol", "nosuchmod"], 2, ["expected module:Class"]),
+    ("protocol-no-colon", ["stress", "--socket", "{sock}", "--protocol", "nosuchmod"], 2, ["--protocol 'nosuchmod' is unknown", "module:Class"]),  # was: 'expected module:Class' (names came with issue 23)
     # --- target files ----------------------------------------------------------------
     ("target-malformed", ["stress", "--launch", "--target", "{w}/malformed.toml"], 2, ["malformed TOML"]),
     ("target-unknown-placeholder", ["stress", "--launch", "--target", "{w}/placeholder.toml"], 2, ["unknown placeholder {sockett}"]),
