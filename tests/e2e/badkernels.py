@@ -16,11 +16,10 @@ Stdlib only: the sandbox runs it with the project's interpreter.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import signal
+
+from kernelmain import kernel_args, serve_unix
 
 ACK = b'{"type":"response","kind":"auth","ok":true,"protocol":1}\n'
 
@@ -80,27 +79,6 @@ async def flood(mode: str, fid: bytes, writer: asyncio.StreamWriter) -> None:
         await writer.drain()
 
 
-async def main(mode: str, path: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    server = await asyncio.start_unix_server(lambda r, w: serve(mode, r, w), path, backlog=4096)
-    print(f"bad kernel ({mode}) listening on {path}", flush=True)
-    async with server:
-        await stop.wait()
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("mute", "flood", *FLOODS, "oversize", "stats-only"))
-    ap.add_argument("--socket", required=True)
-    ap.add_argument("--llm-url")
-    ap.add_argument("--data-dir")
-    ap.add_argument("--token")
-    a = ap.parse_args()
-    asyncio.run(main(a.mode, a.socket))
+    a = kernel_args(("mute", "flood", *FLOODS, "oversize", "stats-only"))
+    asyncio.run(serve_unix(a.socket, lambda r, w: serve(a.mode, r, w), f"bad kernel ({a.mode})"))

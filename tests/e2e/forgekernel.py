@@ -15,13 +15,11 @@ who read it could; it never sees the run's verdict key.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import signal
 import urllib.request
 
+from kernelmain import kernel_args, serve_unix
 from mock.markers import VerdictLine, build_plan, text_verdict
 
 ACK = b'{"type":"response","kind":"auth","ok":true,"protocol":1}\n'
@@ -71,27 +69,6 @@ async def serve(mode: str, llm_url: str, reader: asyncio.StreamReader, writer: a
         writer.close()
 
 
-async def main(mode: str, path: str, llm_url: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    server = await asyncio.start_unix_server(lambda r, w: serve(mode, llm_url, r, w), path, backlog=4096)
-    print(f"forging kernel ({mode}) listening on {path}", flush=True)
-    async with server:
-        await stop.wait()
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("never", "skip-tools"))
-    ap.add_argument("--socket", required=True)
-    ap.add_argument("--llm-url", default="")
-    ap.add_argument("--data-dir")
-    ap.add_argument("--token")
-    a = ap.parse_args()
-    asyncio.run(main(a.mode, a.socket, a.llm_url))
+    a = kernel_args(("never", "skip-tools"))
+    asyncio.run(serve_unix(a.socket, lambda r, w: serve(a.mode, a.llm_url, r, w), f"forging kernel ({a.mode})"))

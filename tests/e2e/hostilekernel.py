@@ -11,11 +11,10 @@ Stdlib only: the sandbox runs it with the project's interpreter.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import signal
+
+from kernelmain import kernel_args, serve_unix
 
 # a tag that navigates the page away, a table-cell splitter, a newline, a quote, a backslash, a code span
 HOSTILE = '<meta http-equiv="refresh" content="0;url=http://x">|a\nb"c\\d `e`'
@@ -48,25 +47,5 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         writer.close()
 
 
-async def main(path: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    server = await asyncio.start_unix_server(serve, path)
-    print(f"hostile kernel listening on {path}", flush=True)
-    async with server:
-        await stop.wait()
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--socket", required=True)
-    ap.add_argument("--llm-url")
-    ap.add_argument("--data-dir")
-    ap.add_argument("--token")
-    asyncio.run(main(ap.parse_known_args()[0].socket))  # whatever else kstress passes is not its business
+    asyncio.run(serve_unix(kernel_args().socket, serve, "hostile kernel"))

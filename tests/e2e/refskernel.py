@@ -15,12 +15,11 @@ Stdlib only.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import signal
 import urllib.request
+
+from kernelmain import kernel_args, serve_unix
 
 ACK = b'{"type":"response","kind":"auth","ok":true,"protocol":1}\n'
 
@@ -64,28 +63,7 @@ async def serve(mode: str, llm_url: str, histories: dict[str, list[dict]], reade
         writer.close()
 
 
-async def main(mode: str, path: str, llm_url: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    histories: dict[str, list[dict]] = {}
-    server = await asyncio.start_unix_server(lambda r, w: serve(mode, llm_url, histories, r, w), path, backlog=4096)
-    print(f"item-reference kernel ({mode}) listening on {path}", flush=True)
-    async with server:
-        await stop.wait()
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("refs", "full"))
-    ap.add_argument("--socket", required=True)
-    ap.add_argument("--llm-url", default="")
-    ap.add_argument("--data-dir")
-    ap.add_argument("--token")
-    a = ap.parse_args()
-    asyncio.run(main(a.mode, a.socket, a.llm_url))
+    a = kernel_args(("refs", "full"))
+    histories: dict[str, list[dict]] = {}
+    asyncio.run(serve_unix(a.socket, lambda r, w: serve(a.mode, a.llm_url, histories, r, w), f"item-reference kernel ({a.mode})"))
