@@ -53,10 +53,15 @@ class Settings:
     driver_cpu: str = "0"
 
 
+# the instant kernel signs its verdict lines as the mock would, and kstress
+# checks each tag: a bare socket without --mock needs the key (issue 22)
+ENV = dict(os.environ, KSTRESS_VERDICT_KEY="6b7374726573732d62656e63682d6b6579")
+
+
 def _run(argv: list[str], timeout: float = 300) -> tuple[str, float]:
     """stdout and the CPU seconds (user + sys) the process used."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=ENV)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise BenchError(f"{' '.join(argv[:4])}... exited {done.returncode}: {done.stderr[-2000:]}")
@@ -89,7 +94,7 @@ def run(s: Settings) -> dict:
     with tempfile.TemporaryDirectory(prefix="kst-bench-") as tmp:
         sock, out = Path(tmp) / "k.sock", Path(tmp) / "runs"
         kernel = subprocess.Popen(["taskset", "-c", s.kernel_cpu, sys.executable, str(ROOT / "bench" / "instant_kernel.py"), "--socket", str(sock), "--token", TOKEN],
-                                  stdout=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, text=True, env=ENV)
         try:
             line = read_line(kernel, 15)
             if not line or "listening" not in line:
