@@ -202,13 +202,7 @@ class Target:
             # a bare socket: no knowing what kernel it is; it declares what it has
             self.contract = merged(OTHER, None, a.contract_pairs)
             self.mock_address = check_mock_address(a.mock) if a.mock else None
-            self.verdict_key = verdict_key(os.environ.get(VERDICT_KEY_ENV))
-            if self.mock_address is None and self.verdict_key is None:
-                raise UsageError(
-                    f"--socket {self.socket} without --mock: kstress could not tell a verdict line the mock wrote from one the "
-                    f"kernel wrote itself; pass --mock with the mock the kernel calls (unix:PATH or http://127.0.0.1:PORT), or start "
-                    f"that mock with {VERDICT_KEY_ENV}=K in its environment and run kstress with the same {VERDICT_KEY_ENV}"
-                )
+            self._require_authentication(f"--socket {self.socket}", "kernel", "unix:PATH or http://127.0.0.1:PORT")
             self.meta = {"name": "socket", "socket": self.socket, "transport": self.address.scheme, "launched": False}
         else:
             s = require_running(a.state).state
@@ -242,6 +236,18 @@ class Target:
         self.meta["workload"] = self._workload()
         self._prepared = True
 
+    def _require_authentication(self, where: str, who: str, forms: str) -> None:
+        """A kernel this run does not launch is judged by the mock it calls,
+        or by the tags of a verdict key kstress shares with that mock: with
+        neither, a verdict line it wrote itself would pass (issue 22)."""
+        self.verdict_key = verdict_key(os.environ.get(VERDICT_KEY_ENV))
+        if self.mock_address is None and self.verdict_key is None:
+            raise UsageError(
+                f"{where} without --mock: kstress could not tell a verdict line the mock wrote from one the {who} wrote itself; "
+                f"pass --mock with the mock the {who} calls ({forms}), or start that mock with {VERDICT_KEY_ENV}=K in its "
+                f"environment and run kstress with the same {VERDICT_KEY_ENV}"
+            )
+
     def _prepare_url(self) -> None:
         """--url: an agent already running on loopback, driven over its own
         protocol; judged by the mock it calls, as a bare socket is."""
@@ -262,13 +268,7 @@ class Target:
             self.catalog = load_catalog_file(a.tools, "--tools")
         self.contract = merged(OTHER, None, a.contract_pairs)
         self.mock_address = check_mock_address(a.mock) if a.mock else None
-        self.verdict_key = verdict_key(os.environ.get(VERDICT_KEY_ENV))
-        if self.mock_address is None and self.verdict_key is None:
-            raise UsageError(
-                f"--url {a.url} without --mock: kstress could not tell a verdict line the mock wrote from one the "
-                f"agent wrote itself; pass --mock with the mock the agent's LLM calls (http://127.0.0.1:PORT, as `kstress mock` "
-                f"prints it), or start that mock with {VERDICT_KEY_ENV}=K in its environment and run kstress with the same {VERDICT_KEY_ENV}"
-            )
+        self._require_authentication(f"--url {a.url}", "agent", "http://127.0.0.1:PORT, as `kstress mock` prints it")
         self.meta = {"name": "url", "url": self.driver.url, "protocol": name, "socket": self.driver.url, "transport": "http", "launched": False}
 
     def _workload(self) -> dict[str, Any]:

@@ -34,6 +34,8 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
+import orjson
+
 from mock.markers import compose
 
 from ..errors import UsageError
@@ -141,6 +143,18 @@ class Flooded(Exception):
 
 class StreamCut(Exception):
     """The response body ended, or broke, before the protocol's end of a turn."""
+
+
+def json_event(data: str, what: str) -> dict[str, Any]:
+    """One SSE event's data as the JSON object every agent protocol sends;
+    anything else is a protocol error naming ``what`` it was."""
+    try:
+        ev = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise ConnError("protocol", f"{what} that is not JSON: {data[:120]!r}") from None
+    if not isinstance(ev, dict):
+        raise ConnError("protocol", f"{what} that is not a JSON object: {data[:120]!r}")
+    return ev
 
 
 async def sse_events(resp: "aiohttp.ClientResponse", on_size: Any = None) -> AsyncIterator[tuple[str | None, str, int]]:

@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .agentproto import AgentDriver, TurnSink
-from .agents import drain, probe_endpoint, read_head, sse_events
-from .transport import ConnError
+from .agents import drain, json_event, probe_endpoint, read_head, sse_events
 
 if TYPE_CHECKING:
     import aiohttp
@@ -88,12 +87,7 @@ class AguiDriver(AgentDriver):
             last = None
             n = 0
             async for _name, data, size in sse_events(resp):
-                try:
-                    ev = orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    raise ConnError("protocol", f"an AG-UI event that is not JSON: {data[:120]!r}") from None
-                if not isinstance(ev, dict):
-                    raise ConnError("protocol", f"an AG-UI event that is not a JSON object: {data[:120]!r}")
+                ev = json_event(data, "an AG-UI event")
                 sink.frame(ev, size)
                 n += 1
                 kind = ev.get("type")

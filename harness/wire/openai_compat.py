@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .agentproto import AgentDriver, TurnSink
-from .agents import drain, probe_endpoint, read_head, sse_events
-from .transport import ConnError
+from .agents import drain, json_event, probe_endpoint, read_head, sse_events
 
 if TYPE_CHECKING:
     import aiohttp
@@ -81,12 +80,7 @@ class _OpenAIDriver(AgentDriver):
                     sink.done(None)
                     await drain(resp)
                     return
-                try:
-                    ev = orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    raise ConnError("protocol", f"a stream event that is not JSON: {data[:120]!r}") from None
-                if not isinstance(ev, dict):
-                    raise ConnError("protocol", f"a stream event that is not a JSON object: {data[:120]!r}")
+                ev = json_event(data, "a stream event")
                 sink.frame(ev, size)
                 n += 1
                 if isinstance(ev.get("error"), dict) or ev.get("type") == "error":
