@@ -3,7 +3,7 @@ per-marker latency table they share with every report.
 
     THRESHOLD := [ '[' SELECTOR ']' ] METRIC OP NUMBER [UNIT]
     SELECTOR  := ITEM (',' ITEM)*          ITEM := MARKER | text | KEY=VALUE
-    METRIC    := pN | p(N) | max | mean | pass_rate | errors | errors[NAME] | throughput | attempted
+    METRIC    := pN | p(N) | max | mean | pass_rate | errors | errors[NAME] | throughput | attempted | concurrency_ratio
     OP        := < | <= | > | >= | ==
 
 e.g. ``p95<2s``, ``p(99.9)<=5s``, ``pass_rate>=0.99``, ``pass_rate>=99%``,
@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import UsageError
+from .concurrency import achieved
 from .stats import percentile, summarize
 from ..judge.verdict import failure_name
 
 GRAMMAR = (
     "[SELECTOR]METRIC OP NUMBER[UNIT] — METRIC is pN or p(N) (0..100), max, mean (latency of passed turns: unit ms, s or m), "
-    "pass_rate (0..1 or N%), errors, errors[NAME], throughput (passed inputs/s), attempted; OP is <, <=, >, >=, ==; "
+    "pass_rate (0..1 or N%), errors, errors[NAME], throughput (passed inputs/s), attempted, concurrency_ratio (turns at the agent / in flight, 0..1 or N%); OP is <, <=, >, >=, ==; "
     "SELECTOR is markers and KEY=VALUE row fields, e.g. p95<2s, pass_rate>=0.99, errors[busy]<10, [!batch4]p95<1s"
 )
 OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt}
@@ -42,7 +43,7 @@ LATENCY_PS = (50, 90, 95, 99)
 
 _EXPR = re.compile(
     r"""^\s*(?:\[(?P<sel>[^\]]*)\])?\s*
-        (?P<metric>p\(\s*[0-9.]+\s*\)|p[0-9.]+|max|mean|pass_rate|errors(?:\[(?P<name>[^\]]+)\])?|throughput|attempted)\s*
+        (?P<metric>p\(\s*[0-9.]+\s*\)|p[0-9.]+|max|mean|pass_rate|concurrency_ratio|errors(?:\[(?P<name>[^\]]+)\])?|throughput|attempted)\s*
         (?P<op><=|>=|==|<|>)\s*
         (?P<num>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*
         (?P<unit>ms|s|m|%|/s)?\s*$""",
@@ -53,7 +54,7 @@ _EXPR = re.compile(
 @dataclass(frozen=True)
 class Threshold:
     expr: str
-    metric: str  # p<N>, max, mean, pass_rate, errors, throughput, attempted
+    metric: str  # p<N>, max, mean, pass_rate, errors, throughput, attempted, concurrency_ratio
     op: str
     bound: float  # in base units: seconds, a fraction, a count, per second
     percentile: float | None = None
@@ -125,12 +126,12 @@ def parse_threshold(expr: str, flag: str = "--threshold") -> Threshold:
         if unit not in UNITS:
             raise _bad(expr, f"a latency bound needs a unit (ms, s or m), e.g. {metric}<{m['num']}ms or {metric}<{m['num']}s")
         bound = num * UNITS[unit]
-    elif metric == "pass_rate":
+    elif metric in ("pass_rate", "concurrency_ratio"):
         if unit not in (None, "%"):
-            raise _bad(expr, f"pass_rate is a fraction (0.99) or a percentage (99%), not {unit!r}")
+            raise _bad(expr, f"{metric} is a fraction (0.99) or a percentage (99%), not {unit!r}")
         bound = num / 100 if unit == "%" else num
         if not 0 <= bound <= 1:
-            raise _bad(expr, f"pass_rate {m['num']}{unit or ''} is outside 0..1 (or 0%..100%)")
+            raise _bad(expr, f"{metric} {m['num']}{unit or ''} is outside 0..1 (or 0%..100%)")
     elif metric == "throughput":
         if unit not in (None, "/s"):
             raise _bad(expr, f"throughput is in passed inputs per second (a number, or N/s), not {unit!r}")
@@ -198,6 +199,11 @@ def measure(t: Threshold, rows: Sequence[dict[str, Any]], duration_s: float | No
         return float(len(failed)), f"of {len(sel)} attempted"
     if t.metric == "attempted":
         return float(len(sel)), ""
+    if t.metric == "concurrency_ratio":
+        c = achieved(sel)
+        if c is None or c.get("ratio") is None:
+            return None, (c or {}).get("why") or "no turn ended"
+        return c["ratio"], f"{c['agent']['mean']:.2f} at the agent of {c['in_flight']['mean']:.2f} in flight"
     # throughput: passed inputs per second of the load's own span
     span = duration_s if duration_s is not None else span_s(sel)
     if span <= 0:
@@ -229,7 +235,7 @@ def fmt_value(t: Threshold | str, value: float | None) -> str:
         return "-"
     if t.latency:
         return f"{value * 1000:.1f} ms"
-    if t.metric == "pass_rate":
+    if t.metric in ("pass_rate", "concurrency_ratio"):
         return f"{value:.2%}"
     if t.metric == "throughput":
         return f"{value:.2f}/s"

@@ -33,6 +33,7 @@ from ..errors import UsageError
 from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, md_code, md_text
 from ..results.comparison import CompareSpec
+from ..results.concurrency import FINDING, achieved, serialised
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario
 from ..load.shapes import DURATION_HELP, duration_parser
@@ -222,6 +223,12 @@ def judge_stage(rows: list[dict[str, Any]], stage: int, level: float, slos: Any,
     _, examples = failure_counts(rows)
     row["wrong"] = {k: v for k, v in row["errors"].items() if k not in LOAD_SHEDDING}
     row["wrong_examples"] = {k: examples[k] for k in row["wrong"] if k in examples}
+    # turns at the agent against turns in flight: a stage's level is what the
+    # harness offered, this what the agent took (harness/results/concurrency.py)
+    c = achieved(rows)
+    if c is not None:
+        c["finding"] = FINDING if serialised(c) else None
+    row["concurrency"] = c
     return row
 
 
@@ -264,6 +271,20 @@ def knee(history: list[dict[str, Any]]) -> float | None:
     return next(h["level"] for h in history if h["held"] and (h.get("throughput_per_s") or 0) >= KNEE_SHARE * best)
 
 
+def most_achieved(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The stage where the agent had the most turns at once (its mean), and
+    whether any stage's turns queued at it (the finding): a search whose
+    offered level climbs while this stays put is measuring a queue."""
+    seen = [h for h in history if ((h.get("concurrency") or {}).get("agent") or {}).get("mean") is not None]
+    if not seen:
+        return None
+    top = max(seen, key=lambda h: h["concurrency"]["agent"]["mean"])
+    c = top["concurrency"]
+    flagged = [h["stage"] for h in seen if h["concurrency"].get("finding")]
+    return {"stage": top["stage"], "level": top["level"], "agent": c["agent"], "in_flight": c["in_flight"], "ratio": c["ratio"],
+            "finding": FINDING if flagged else None, "stages_flagged": flagged}
+
+
 def summarize_findmax(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
     slos = parse_thresholds(settings.get("slos") or (), "--slo")
     infos = {e["stage"]: e for e in extras.get("stages") or ()}
@@ -301,6 +322,7 @@ def summarize_findmax(rows: list[dict[str, Any]], settings: dict[str, Any], extr
         "max_level": max_level,
         "stop_reason": reason,
         "knee": knee(history),
+        "concurrency": most_achieved(history),
         "saturated_at": saturated_at(history),
         "stages": history,
         "attempted": len(loads),
@@ -364,18 +386,32 @@ def render_findmax(doc: dict[str, Any], s: dict[str, Any]) -> str:
         extra.append(f"throughput flat while latency climbed from {s['saturated_at']:g} {unit}")
     if extra:
         out += ["; ".join(extra).capitalize() + ".", ""]
+    mc = s.get("concurrency")
+    if mc:
+        out += [f"Concurrency achieved: at most {mc['agent']['mean']:.1f} turns at the agent at once (mean; peak {mc['agent']['peak']}), "
+                f"at stage {mc['stage']} ({mc['level']:g} {unit}: {mc['in_flight']['mean']:.1f} in flight)"
+                + (f". **Finding: {FINDING}** at stage{'s' if len(mc['stages_flagged']) > 1 else ''} {', '.join(str(x) for x in mc['stages_flagged'])}: "
+                   "the agent worked on well under the turns in flight, so a higher level only lengthened its queue"
+                   + (f"; {mc['agent']['mean']:.1f} at once of {mc['agent']['turn_s'] * 1000:.0f} ms each at the agent caps throughput near "
+                      f"{mc['agent']['mean'] / mc['agent']['turn_s']:.1f}/s" if mc["agent"].get("turn_s") else "") if mc.get("finding") else "") + ".", ""]
     out += kernel_sections(s)[0]
-    out += ["## Stages", "", f"| stage | level ({unit}) | attempted | pass rate | p50 | p95 | p99 | throughput | kernel queue peak | errors | held |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    out += ["## Stages", "", f"| stage | level ({unit}) | attempted | pass rate | p50 | p95 | p99 | throughput | at the agent / in flight | kernel queue peak | errors | held |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for h in stages:
         lat = h.get("latency_s") or {}
         errs = md_text(", ".join(f"{k} {v}" for k, v in (h.get("errors") or {}).items()) or "-")
         held = "yes" if h["held"] else "**no**: " + ", ".join(md_code(b) for b in h["broken"])
         out.append(f"| {h['stage']} | {h['level']:g} | {h['attempted']} | {fmt_pct(h.get('pass_rate'))} | {fmt_ms(lat.get('p50'))} | {fmt_ms(lat.get('p95'))} | "
-                   f"{fmt_ms(lat.get('p99'))} | {fmt_num(h.get('throughput_per_s'), '{:.1f}/s')} | {h.get('queue_peak') if h.get('queue_peak') is not None else '-'} | {errs} | {held} |")
+                   f"{fmt_ms(lat.get('p99'))} | {fmt_num(h.get('throughput_per_s'), '{:.1f}/s')} | {_achieved_cell(h.get('concurrency'))} | {h.get('queue_peak') if h.get('queue_peak') is not None else '-'} | {errs} | {held} |")
     out.append("")
     out += checks_section(doc)
     return "\n".join(out)
+
+
+def _achieved_cell(c: dict[str, Any] | None) -> str:
+    if not c or c.get("agent") is None:
+        return "-"
+    return f"{c['agent']['mean']:.1f} / {c['in_flight']['mean']:.1f}" + (" **serialised**" if c.get("finding") else "")
 
 
 SCENARIO = Scenario(

@@ -28,6 +28,8 @@ from ..wire.client import ConnError, KernelClient, new_nonce
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section, md_code, md_text
+from ..results.concurrency import FINDING, achieved, finding_text, serialised
+from ..results.concurrency import line as concurrency_line
 from ..results.comparison import SHAPE, CompareSpec, RunPair, latency_rows, load_span, resource_rows, throughput_row
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario, settings_json
@@ -458,9 +460,35 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
         "warmup": warmup_summary(warm) if warm or (settings or {}).get("warmup_s") else None,
         "stages": stage_table(every, settings or {}, extras),
         "orphans": extras.get("orphans"),
-        **({"kernels": [{**k, **_counters(e.get("kernel_stats") or {}, e.get("resources") or {}, e.get("kernel_stats_start"), fresh=k.get("orphans") is not None)}
+        "concurrency": concurrency_summary(stat_rows),
+        **({"kernels": [{**k, **_counters(e.get("kernel_stats") or {}, e.get("resources") or {}, e.get("kernel_stats_start"), fresh=k.get("orphans") is not None),
+                         "concurrency": concurrency_summary([r for r in stat_rows if r.get("kernel") == k["name"]])}
                         for k, e in zip(kernel_summaries(inputs, extras), extras["kernels"])]} if extras.get("kernels") else {}),
     }
+
+
+def concurrency_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Turns at the agent against turns in flight over the measured rows
+    (harness/results/concurrency.py), with the finding's name when the agent
+    ran well under what was in flight."""
+    c = achieved(rows)
+    if c is not None:
+        c["finding"] = FINDING if serialised(c) else None
+    return c
+
+
+def concurrency_lines(s: dict[str, Any]) -> list[str]:
+    """The report's lines: the run's (each kernel's when there are several), and the finding."""
+    ks = [(k["name"], k.get("concurrency")) for k in s.get("kernels") or () if "concurrency" in k]
+    if not s.get("concurrency") and not ks:
+        return []
+    first = concurrency_line(s.get("concurrency"))
+    out = [first[:1].upper() + first[1:] + ".", ""]
+    out += [f"- {md_text(name)}: {concurrency_line(c)}" for name, c in ks] + ([""] if ks else [])
+    for name, c in [(None, s.get("concurrency"))] + ks:
+        if c and c.get("finding"):
+            out += [f"**Finding{f' ({md_text(name)})' if name else ''}:** {md_text(finding_text(c))}.", ""]
+    return out
 
 
 COUNTERS = ("executed", "rejected", "suspended", "resumed", "preempted", "duplicates")  # totals since the kernel started
@@ -731,6 +759,7 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
         f"| {s.get('attempted')} | {s.get('passed')} | {fmt_pct(s.get('pass_rate'))} | {fmt_num(s.get('throughput_per_s'), '{:.1f}/s')} |",
         "",
     ]
+    out += concurrency_lines(s)
     by_kernel, kernel_latency = kernel_sections(s)
     out += by_kernel
     if s.get("failures"):

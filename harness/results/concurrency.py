@@ -1,0 +1,127 @@
+"""Load truth: how many turns the agent actually worked on at once, against
+how many the harness had in flight (issue 23, item 5).
+
+An agent that queues turns behind one worker still accepts every connection:
+the harness sees C turns in flight and a latency that grows with C, which reads
+as "slow" rather than "serial". The mock sees the difference. A turn is *at the
+agent* from its first LLM request's arrival to its last LLM response's last
+byte (the turn anatomy, harness/judge/verdict.py: ``t_rel + pre_llm_s`` to
+``t_rel + latency_s - post_llm_s``, one clock); it is *in flight* from send to
+done. Over the measured window (first send to last end):
+
+    mean  = the spans' summed length / the window (time-weighted turns at once)
+    peak  = the most spans open at one instant (a sweep of the span ends)
+    ratio = mean at the agent / mean in flight
+
+The agent-side span is a lower bound of the agent's work: what it does before
+its first request and after its last is not seen, so an agent whose turns are
+mostly outside the LLM shows a low ratio however concurrent it is (the anatomy
+table's "before the LLM" column tells the two apart: a serialising agent's
+grows with the load, its queue; docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+# achieved / in flight below this is the finding `turns_serialised`: one turn at
+# a time under 2 connections is 0.5, under 4 is 0.25; an agent whose every turn
+# overlaps its peers stays near 1 (0.8-0.95 with the refkernel: its own time
+# outside the LLM span is the rest)
+SERIAL_RATIO = 0.6
+# below this many turns in flight (mean) there is nothing to serialise
+MIN_IN_FLIGHT = 1.5
+FINDING = "turns_serialised"
+
+Span = tuple[float, float]
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def client_span(row: dict[str, Any]) -> Span | None:
+    """Send -> done on the run's clock; None for a turn with no end (a connection failure)."""
+    t, lat = row.get("t_rel"), row.get("latency_s")
+    if not (_num(t) and _num(lat)):
+        return None
+    return (float(t), float(t) + float(lat))
+
+
+def agent_span(row: dict[str, Any]) -> Span | None:
+    """First LLM request -> last LLM byte on the run's clock, from the turn's
+    anatomy; None without one (no mock, or the mock saw no complete request)."""
+    a = row.get("anatomy")
+    c = client_span(row)
+    if not isinstance(a, dict) or c is None or not (_num(a.get("pre_llm_s")) and _num(a.get("post_llm_s"))):
+        return None
+    start, end = c[0] + a["pre_llm_s"], c[1] - a["post_llm_s"]
+    # the anatomy is rounded to the microsecond: a span cannot end before it starts
+    return (start, max(start, end))
+
+
+def overlap(spans: Sequence[Span], window: float) -> dict[str, Any]:
+    """Time-weighted mean and peak of the spans open at once over ``window`` seconds."""
+    events: list[tuple[float, int]] = []
+    total = 0.0
+    for a, b in spans:
+        if b > a:  # a zero-length span holds nothing open: it adds neither time nor a peak
+            total += b - a
+            # at one instant an end sorts before a start: spans that touch do not overlap
+            events += [(a, 1), (b, -1)]
+    events.sort()
+    peak = cur = 0
+    for _, d in events:
+        cur += d
+        peak = max(peak, cur)
+    return {"mean": round(total / window, 3) if window > 0 else None, "peak": peak}
+
+
+def achieved(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """``{agent, in_flight, ratio, turns, seen, window_s}`` over the rows' own
+    window; ``agent`` and ``ratio`` are None when no row carries an anatomy
+    (``why`` says so). None when no row has a send and an end."""
+    rows = list(rows)
+    client = [s for s in (client_span(r) for r in rows) if s is not None]
+    if not client:
+        return None
+    window = max(b for _, b in client) - min(a for a, _ in client)
+    agent = [s for s in (agent_span(r) for r in rows) if s is not None]
+    fl = overlap(client, window)
+    out: dict[str, Any] = {"in_flight": fl, "agent": None, "ratio": None, "turns": len(client), "seen": len(agent), "window_s": round(window, 3)}
+    if not agent:
+        out["why"] = "no turn carries the mock's anatomy (a run without --mock, or the mock saw no complete LLM request)"
+        return out
+    at = overlap(agent, window)
+    # a turn's mean time at the agent: a one-at-a-time agent tops out at 1 / this
+    at["turn_s"] = round(sum(b - a for a, b in agent) / len(agent), 6)
+    out["agent"] = at
+    if at["mean"] is not None and fl["mean"]:
+        out["ratio"] = round(at["mean"] / fl["mean"], 3)
+    return out
+
+
+def serialised(c: dict[str, Any] | None) -> bool:
+    """The finding: well under the turns in flight ran at the agent at once."""
+    if not c or c.get("ratio") is None:
+        return False
+    return (c["in_flight"].get("mean") or 0) >= MIN_IN_FLIGHT and c["ratio"] < SERIAL_RATIO
+
+
+def line(c: dict[str, Any] | None) -> str:
+    """``concurrency achieved: 1.0 at the agent of 4.0 in flight (25%); peak 1 of 4``."""
+    if not c:
+        return "concurrency achieved: not measured (no turn ended)"
+    fl = c["in_flight"]
+    if c.get("agent") is None:
+        return f"concurrency achieved: not measured at the agent ({c.get('why')}); {fl['mean']:.1f} in flight"
+    at = c["agent"]
+    seen = "" if c["seen"] == c["turns"] else f"; {c['seen']} of {c['turns']} turns seen by the mock"
+    ratio = f" ({c['ratio']:.0%})" if c.get("ratio") is not None else ""
+    return f"concurrency achieved: {at['mean']:.1f} at the agent of {fl['mean']:.1f} in flight{ratio}; peak {at['peak']} of {fl['peak']}{seen}"
+
+
+def finding_text(c: dict[str, Any]) -> str:
+    return (f"{FINDING}: the agent worked on {c['agent']['mean']:.1f} turns at once while {c['in_flight']['mean']:.1f} were in flight "
+            f"({c['ratio']:.0%}, under {SERIAL_RATIO:.0%}): it queues turns (a one-task-at-a-time worker), or spends most of a turn outside "
+            "its LLM calls — a queue shows as 'before the LLM' growing with the load")
