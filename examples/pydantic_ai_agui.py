@@ -8,7 +8,7 @@
 uvicorn: a framework's own server with no kstress code in it (issue 23).
 
     OPENAI_BASE_URL=http://127.0.0.1:P/v1 OPENAI_API_KEY=x \\
-        examples/pydantic_ai_agui.py --port PORT [--data-dir DIR] [--sequential]
+        examples/pydantic_ai_agui.py --port PORT [--data-dir DIR] [--sequential] [--llm-url URL]
 
 prints ``agent listening on http://127.0.0.1:PORT/agui``. The model is whatever
 OPENAI_BASE_URL names (kstress sets it to its mock, `{llm_url}`). The tools are
@@ -158,10 +158,12 @@ def parse_args(what: str) -> argparse.Namespace:
     ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", "0")), help="127.0.0.1 port [default: $PORT or any]")
     ap.add_argument("--data-dir", type=Path, default=Path("."), help="where the tools work [default: .]")
     ap.add_argument("--sequential", action="store_true", help="every tool sequential=True: one call at a time")
+    ap.add_argument("--llm-url", default=os.environ.get("OPENAI_BASE_URL"), help="the OpenAI base URL [default: $OPENAI_BASE_URL]")
     a = ap.parse_args()
-    if not os.environ.get("OPENAI_BASE_URL"):
+    if not a.llm_url:
         # the SDK would fall back to OpenAI's own URL: refuse rather than send test traffic there
-        ap.error("OPENAI_BASE_URL is not set: point it at the LLM (kstress sets it from {llm_url})")
+        ap.error("OPENAI_BASE_URL is not set: point it (or --llm-url) at the LLM (kstress sets it from {llm_url})")
+    os.environ["OPENAI_BASE_URL"] = a.llm_url
     os.environ.setdefault("OPENAI_API_KEY", "kstress")
     a.plant = os.environ.get("KSTRESS_EXAMPLE_PLANT") or None
     if a.plant is not None and a.plant not in PLANTS:

@@ -1,9 +1,10 @@
 """`--launch --target FILE` of an agent served over A2A (issue 23): the
 target file's `protocol = "a2a"` and `url` (the agent's base URL: its card is
 read through the sandbox's connector, the RPC URL taken from it), for the
-instant A2A agent (tests/harness/a2aserver.py) and for a real framework's,
-pydantic-ai served by fasta2a (tests/harness/pydai_a2a.py). Neither has
-kstress code in it; their LLM is the sandbox's mock."""
+instant A2A agent (tests/harness/a2aserver.py: no kstress code in it; its LLM
+is the sandbox's mock). A real framework's, pydantic-ai served by fasta2a, is
+launched from its example target file in
+tests/e2e/test_example_pydantic_ai_agents.py."""
 
 from __future__ import annotations
 
@@ -55,8 +56,3 @@ def test_a_launched_agent_whose_tasks_fail_fails_by_name(cli, tmp_path):
     r = run_batch(cli, a2a_toml(tmp_path, "failing-a2a", "a2aserver.py", "--end", "failed"))
     assert r.returncode == 1 and "task_failed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
-
-def test_batch_launches_pydantic_ai_on_fasta2a_and_passes(cli, tmp_path):
-    pytest.importorskip("fasta2a")
-    r = run_batch(cli, a2a_toml(tmp_path, "pydai-fasta2a", "pydai_a2a.py"))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

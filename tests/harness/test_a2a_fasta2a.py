@@ -1,5 +1,5 @@
 """A real framework's A2A server through the A2A driver: a pydantic-ai agent
-served by fasta2a 2.1.1 (tests/harness/pydai_a2a.py, uvicorn, no kstress code
+served by fasta2a 2.1.1 (examples/pydantic_ai_a2a.py, uvicorn, no kstress code
 in it), its model the mock in this process. What kstress must find there
 (research doc, section 2): its answers pass; its worker runs one task at a
 time (the mock sees the LLM requests of four concurrent turns one after
@@ -32,7 +32,7 @@ from waiting import await_until, wait_until
 pytest.importorskip("fasta2a")
 pytestmark = pytest.mark.slow
 
-AGENT = Path(__file__).with_name("pydai_a2a.py")
+AGENT = Path(__file__).resolve().parents[2] / "examples" / "pydantic_ai_a2a.py"
 PARALLEL = merged(OTHER, None, ("batch=parallel",))
 
 
@@ -50,16 +50,16 @@ async def mock():
 def fasta2a(tmp_path, mock):
     out = tmp_path / "agent.out"
     with open(out, "wb") as o, open(tmp_path / "agent.err", "wb") as e:
-        p = subprocess.Popen([sys.executable, str(AGENT), "--llm-url", mock.url + "/v1"], stdout=o, stderr=e)
+        p = subprocess.Popen([sys.executable, str(AGENT), "--llm-url", mock.url + "/v1", "--data-dir", str(tmp_path)], stdout=o, stderr=e)
     try:
         def line():
             if p.poll() is not None:
-                raise AssertionError(f"pydai_a2a.py exited {p.returncode}: {(tmp_path / 'agent.err').read_text()}")
+                raise AssertionError(f"pydantic_ai_a2a.py exited {p.returncode}: {(tmp_path / 'agent.err').read_text()}")
             for s in out.read_text().splitlines():
                 if s.startswith("agent listening on "):
                     return s.split(" on ", 1)[1].strip()
             return None
-        yield wait_until(line, 30, "pydai_a2a.py's ready line")
+        yield wait_until(line, 30, "pydantic_ai_a2a.py's ready line")
     finally:
         p.terminate()
         try:

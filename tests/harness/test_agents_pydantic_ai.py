@@ -1,5 +1,5 @@
 """A real framework's AG-UI server: pydantic-ai's AGUIAdapter on uvicorn
-(tests/harness/pydai_agui.py), its model the mock, driven by
+(examples/pydantic_ai_agui.py), its model the mock, driven by
 `kstress batch/stress --url --protocol agui` (issue 23). It passes, its tool
 calls shown with the mock's ids and arguments; a contract it does not keep
 fails by name."""
@@ -16,13 +16,13 @@ from test_agents_cli import kstress, mock_url, processes, _line  # noqa: F401 - 
 pytest.importorskip("ag_ui")
 pytest.importorskip("uvicorn")
 pytestmark = pytest.mark.slow
-APP = Path(__file__).with_name("pydai_agui.py")
+APP = Path(__file__).resolve().parents[2] / "examples" / "pydantic_ai_agui.py"
 
 
 @pytest.fixture
 def pydai(tmp_path, mock_url):
     mock, start = mock_url
-    p = start("pydai", [sys.executable, str(APP), "--llm-url", mock + "/v1"])
+    p = start("pydai", [sys.executable, str(APP), "--llm-url", mock + "/v1", "--data-dir", str(tmp_path)])
     return mock, _line(tmp_path / "pydai.out", "agent listening on ", p)
 
 
