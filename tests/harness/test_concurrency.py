@@ -83,6 +83,16 @@ def test_serial_agent_is_the_finding_and_a_parallel_one_is_not():
     assert p["agent"]["peak"] == 4 and p["ratio"] == pytest.approx(0.9) and not serialised(p)
 
 
+def test_an_agent_mostly_outside_its_llm_calls_that_overlaps_is_not_serialised():
+    # pydantic-ai on AG-UI, --conns 4: every turn overlaps its peers, but half of each is before and after the LLM
+    c = achieved([turn(0.0, 1.0, pre=0.25, post=0.25) for _ in range(4)])
+    assert c["ratio"] == pytest.approx(0.5) and c["agent"]["peak"] == 4
+    assert not serialised(c)
+    # a few workers under many connections: peak 2 of 8 is a queue too
+    two = achieved([turn(0.0, (i // 2 + 1) * 1.0, pre=(i // 2) * 1.0) for i in range(8)])
+    assert two["agent"]["peak"] == 2 and two["in_flight"]["peak"] == 8 and serialised(two)
+
+
 def test_turns_the_mock_did_not_see_are_named():
     c = achieved(serial() + [turn(0.0, 1.0, pre=None)])
     assert c["seen"] == 4 and c["turns"] == 5
