@@ -18,6 +18,16 @@ before this turn's, on the session's own threadId (a server that keeps its
 own history by threadId reconciles them; a stateless one needs them). Each
 turn gets a fresh runId; a turn without a session a fresh threadId too.
 Closing the stream is AG-UI's only cancel.
+
+When a run sends a MESSAGES_SNAPSHOT (the server's own account of the
+thread, which an AG-UI client adopts in place of its messages), the session's
+next turn sends that snapshot and its new message, under the server's ids; a
+session's history is otherwise rebuilt from its (input, answer, tool
+exchange) records under ids of kstress's own. A server that keeps its own
+history merges the client's messages into it by id (ag-ui-langgraph's
+checkpointer, langgraph_default_merge_state): ids of kstress's making read as
+new messages there, and every earlier turn reached the LLM twice
+(``history extra:t1``). Only a session's turns keep a snapshot.
 """
 
 from __future__ import annotations
@@ -40,11 +50,14 @@ TEXT = frozenset({"TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CHUNK"})
 TOOL_PHASES = {"TOOL_CALL_START": "start", "TOOL_CALL_ARGS": "args", "TOOL_CALL_END": "end", "TOOL_CALL_RESULT": "result"}
 
 
-def run_input(turn: "Turn", session: str | None, history: list[tuple[str, str]] | None) -> dict[str, Any]:
+def run_input(turn: "Turn", session: str | None, history: list[tuple[str, str]] | None,
+              kept: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The RunAgentInput of one turn: every optional field present and empty,
-    since some servers' models require them."""
-    messages: list[dict[str, Any]] = []
-    for i, entry in enumerate(history or ()):
+    since some servers' models require them. ``kept``: the session's messages
+    in the last MESSAGES_SNAPSHOT the server sent; without them the history
+    is rebuilt from ``history`` under ids of kstress's own."""
+    messages: list[dict[str, Any]] = list(kept) if kept is not None else []
+    for i, entry in enumerate((history or ()) if kept is None else ()):
         said, answer = entry
         messages.append({"id": f"u{i}-{session}", "role": "user", "content": said})
         # the turn's tool exchange, whole: a stateless server sends it back to
@@ -70,12 +83,23 @@ class AguiDriver(AgentDriver):
     name = "agui"
     shows_tools = True
 
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        # session -> (turns it holds, the messages of the last MESSAGES_SNAPSHOT):
+        # the one state this driver keeps, shared by a target's connections
+        # like the histories it stands for
+        self.threads: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+
     async def prepare(self, http: "aiohttp.ClientSession", timeout_s: float) -> None:
         # `{}` is not a RunAgentInput: a server validates it (422/400) without a run
         await probe_endpoint(http, self.url, "AG-UI", timeout_s, {}, "http://127.0.0.1:8000/agui (the route of AGUIAdapter / add_*_fastapi_endpoint)")
 
     async def run_turn(self, http: "aiohttp.ClientSession", turn: "Turn", sink: TurnSink, *, session: str | None, history: list[tuple[str, str]] | None) -> None:
-        body = orjson.dumps(run_input(turn, session, history))
+        kept = self.threads.get(session) if session is not None else None
+        # the kept messages stand for the history only while they hold the
+        # same turns (a failed turn enters neither)
+        body = orjson.dumps(run_input(turn, session, history, kept[1] if kept is not None and kept[0] == len(history or ()) else None))
+        snapshot = None
         async with http.post(self.url, data=body, headers=HEADERS) as resp:
             if resp.status != 200:
                 sink.error(f"http_{resp.status}", f"{self.url} answered HTTP {resp.status} {resp.reason or ''}: {await read_head(resp)}".rstrip(": "))
@@ -106,12 +130,16 @@ class AguiDriver(AgentDriver):
                     if ev.get("toolCallName"):
                         sink.tool(call_id, ev.get("toolCallName"), "start")
                     sink.tool(call_id, None, "args", arguments=ev.get("delta") or "")
+                elif kind == "MESSAGES_SNAPSHOT" and session is not None and isinstance(ev.get("messages"), list):
+                    snapshot = [m for m in ev["messages"] if isinstance(m, dict)]
                 elif kind == "RUN_FINISHED":
                     outcome = ev.get("outcome")
                     if isinstance(outcome, dict) and outcome.get("type") not in (None, "success"):
                         sink.error("run_interrupted", f"RUN_FINISHED with outcome {outcome.get('type')!r}: the run stopped for the client (a frontend tool or an approval), not with an answer")
                     else:
                         sink.done(None)
+                        if snapshot is not None and session is not None:
+                            self.threads[session] = (len(history or ()) + 1, snapshot)
                     await drain(resp)
                     return
                 elif kind == "RUN_ERROR":
