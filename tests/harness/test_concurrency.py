@@ -10,6 +10,7 @@ import pytest
 from harness.errors import UsageError
 from harness.results.concurrency import FINDING, achieved, agent_span, line, overlap, serialised
 from harness.results.thresholds import evaluate, parse_threshold, parse_thresholds
+from harness.scenarios import StressSettings, run_stress
 from harness.scenarios.findmax import judge_stage, render_findmax, summarize_findmax
 from harness.scenarios.stress import render_stress, summarize_stress
 
@@ -159,3 +160,16 @@ def test_findmax_stages_carry_the_concurrency():
     plain = summarize_findmax([dict(r, stage=1, level=1) for r in [turn(0.0, 1.0, pre=None)]], settings, {})
     assert plain["concurrency"] is None
     assert "Concurrency achieved" not in render_findmax({"scenario": "findmax", "settings": settings, "summary": plain, "checks": []}, plain)
+
+
+@pytest.mark.slow
+async def test_open_model_against_one_worker(kernel_factory, out_dir):
+    """The open model's in-flight count is the arrivals being served: 8 inputs/s
+    into a kernel that serves ~4/s one at a time queue up in flight, not at it."""
+    async with kernel_factory("--workers", "1") as k:
+        s = StressSettings(conns=4, inputs=3, rate=8.0, mix="!slowbatch2:1", dedup_probe=False, out=out_dir, quiet=True)
+        r = await run_stress(s, k.access())
+    assert r.exit_code == 0, r.report
+    c = r.summary["concurrency"]
+    assert c["agent"]["peak"] == 1 and c["in_flight"]["peak"] >= 3 and c["finding"] == FINDING, c
+    assert "Concurrency achieved: " in r.report
