@@ -37,6 +37,7 @@ import signal
 import socket
 import sys
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -133,20 +134,19 @@ def one_call_at_a_time() -> Callable[..., Any]:
     """A tool hook (agno's tool_hooks API) that runs the calls of one run one
     at a time. asyncio.gather starts them in declared order and an asyncio
     lock is fair, so they also run in declared order."""
-    locks: dict[str, asyncio.Lock] = {}
+    # a run's lock lives while one of its calls holds or waits for it
+    locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def hook(function_name: str, function_call: Callable[..., Any], arguments: dict[str, Any], run_context: Any) -> Any:
         run_id = run_context.run_id if run_context is not None else ""
-        lock = locks.setdefault(run_id, asyncio.Lock())
-        try:
-            async with lock:
-                result = function_call(**arguments)
-                if asyncio.iscoroutine(result):
-                    result = await result
-                return result
-        finally:
-            if not lock.locked() and not getattr(lock, "_waiters", None):
-                locks.pop(run_id, None)
+        lock = locks.get(run_id)
+        if lock is None:
+            lock = locks[run_id] = asyncio.Lock()
+        async with lock:
+            result = function_call(**arguments)
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
 
     return hook
 
