@@ -54,7 +54,7 @@ def test_per_kernel_lines_name_the_serial_one(cli):
     d, doc = run_doc(r)
     by = {k["name"]: k["concurrency"] for k in doc["summary"]["kernels"]}
     assert by["refkernel"]["agent"]["peak"] == 1 and by["refkernel"]["finding"] == "turns_serialised"
-    assert by["refkernel#2"]["agent"]["mean"] > 2.5 and by["refkernel#2"]["finding"] is None, by
+    assert by["refkernel#2"]["agent"]["mean"] > 2.0 and by["refkernel#2"]["finding"] is None, by
     report = (d / "report.md").read_text()
     assert "- refkernel: concurrency achieved: " in report and "**Finding (refkernel):** turns_serialised" in report
     assert "**Finding (refkernel#2):**" not in report
