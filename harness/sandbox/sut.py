@@ -40,10 +40,13 @@ from .state import SandboxState
 from .supervisor import require_running
 from .target import load_catalog_file, redact
 from ..judge.verdict import TurnVerdict, judge
+from ..judge.cancel import CANCEL_BOUND_S, cancel_window_s, judge_cancel
 from ..wire.transport import Address, Dialer, parse_address
 from ..wire.agents import AGENT_PROTOCOLS, HttpAgentClient, agent_driver, check_agent_url, is_agent_protocol
 
 ALIVE_EVERY_S = 0.05
+# how often a cancel's point and window ask the mock for the turn's record
+CANCEL_POLL_S = 0.02
 
 
 def check_socket_path(path: Path) -> None:
@@ -398,11 +401,42 @@ class Target:
     def plan(self, text: str) -> Plan:
         return build_plan(text, self.catalog, self.tool_ms, self.mixed_ms)
 
+    async def cancel_point(self, turn: Turn) -> None:
+        """Returns once the mock has answered the turn's first LLM request:
+        the agent is running the turn's tools, the moment an interrupt over an
+        agent protocol cancels it (HttpAgentClient.interrupt bounds the wait
+        by the turn's deadline)."""
+        if self.join is None:
+            raise UsageError("a cancel is verified from the mock's side: give --mock (or --launch)")
+        while True:
+            entry = await self.join.get(turn.nonce)
+            records = (entry or {}).get("records") or ()
+            if records and records[0].get("status"):
+                return
+            await asyncio.sleep(CANCEL_POLL_S)  # polling the mock; bounded by the caller
+
+    async def _cancel_verdict(self, turn: Turn, plan: Plan) -> TurnVerdict:
+        """Watch the mock's record of a cancelled turn for the window
+        (docs/protocol.md, *Cancels*): it ends early when the agent is seen to
+        run on, a request arriving past the bound."""
+        assert self.join is not None and turn.cancel is not None
+        t_cancel = turn.cancel["t"]
+        t_end = t_cancel + cancel_window_s(plan)
+        while True:
+            entry = await self.join.get(turn.nonce)
+            now = time.monotonic()
+            late = any((r.get("arrival") or 0) > t_cancel + CANCEL_BOUND_S for r in (entry or {}).get("records") or ())
+            if late or now >= t_end:
+                return judge_cancel(turn, plan, entry, t_end=now)
+            await asyncio.sleep(min(CANCEL_POLL_S, t_end - now))  # a window watched, bounded by t_end
+
     async def verdict(self, turn: Turn, **kw: Any) -> TurnVerdict:
         """Judge a turn by its plan and contract -- and by the mock's own record
         of it, when the mock can be asked: a kernel that rewords the model's
         answer is verified exactly as one that echoes it."""
         plan = self.plan(turn.text)
+        if turn.cancel is not None and turn.cancel.get("t") is not None and self.join is not None:
+            return await self._cancel_verdict(turn, plan)
         entry = None
         if self.join is not None and turn.outcome == "response" and not turn.duplicate:
             entry = await self.join.get(turn.nonce)

@@ -42,6 +42,11 @@ from ..sandbox.sut import Access, Target, kernel_targets
 from .common import failure_counts, kernel_checks, kernel_sections, kernel_summaries, level_stats
 
 DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
+DEFAULT_INTERRUPT_MARKER = "!batch2"
+# over an agent protocol an interrupt is a cancel sent while the turn's tools
+# run: tools long enough that an agent running on is seen asking again well
+# past the cancel's bound (harness/judge/cancel.py)
+AGENT_CANCEL_MARKER = "!slowbatch2:2000:0"
 MAX_INPUTS = 1_000_000
 DEFAULT_INPUTS = 10
 ARRIVALS = ("constant", "poisson")
@@ -112,7 +117,7 @@ class StressSettings:
     inputs: int | None = opt(None, "--inputs", int, "Inputs per connection (default 10; with --duration or --stage connections send until the time ends, and --inputs caps each).", show_default=False)
     mix: str = opt(DEFAULT_MIX, "--mix", str, MIX_HELP, show_default=False)
     interrupts: float = opt(0.0, "--interrupts", float, "Interrupt-priority inputs per second.")
-    interrupt_marker: str = "!batch2"
+    interrupt_marker: str = DEFAULT_INTERRUPT_MARKER
     duration_s: float | None = opt(None, "--duration", str, f"Run length: connections keep sending until it ends ({DURATION_HELP}).", parse=duration_parser("--duration"))
     rate: float | None = opt(None, "--rate", float, "Open model: inputs per second (latency also from the scheduled time); with --stage, the rate the first stage ramps from.")
     stages: tuple[str, ...] = opt((), "--stage", str, "DURATION:TARGET, repeatable: ramp linearly to TARGET connections (inputs/s with --rate) within DURATION, from 0 (or --rate); e.g. --stage 10s:32 --stage 30s:32 --stage 10s:0.", multiple=True)
@@ -363,7 +368,12 @@ class Load:
                         await self.record_conn_failure(self.s.interrupt_marker, -1, seq, exc, kind="interrupt", target=target)
                         seq += 1
                         continue
-                turn = await client.turn(self.s.interrupt_marker, self.s.timeout_s, interrupt=True)
+                if hasattr(client, "interrupt"):
+                    # an agent protocol: the interrupt is a cancel, verified from the mock's side
+                    marker = AGENT_CANCEL_MARKER if self.s.interrupt_marker == DEFAULT_INTERRUPT_MARKER else self.s.interrupt_marker
+                    turn = await client.interrupt(marker, self.s.timeout_s, target.cancel_point)
+                else:
+                    turn = await client.turn(self.s.interrupt_marker, self.s.timeout_s, interrupt=True)
                 await self.run.record(turn, target, kind="interrupt", conn=-1, seq=seq)
                 seq += 1
         finally:

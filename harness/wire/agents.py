@@ -32,7 +32,7 @@ import ipaddress
 import socket
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 import orjson
 
@@ -58,6 +58,8 @@ PROTOCOLS: dict[str, str | None] = {
 }
 AGENT_PROTOCOLS = tuple(n for n, v in PROTOCOLS.items() if v is not None)
 CLOSE_GRACE_S = 1.0
+# a cancel request (A2A's tasks/cancel) answers within this, or is recorded as "timeout"
+CANCEL_REQUEST_TIMEOUT_S = 10.0
 
 
 def is_agent_protocol(name: str | None) -> bool:
@@ -481,6 +483,66 @@ class HttpAgentClient:
     async def turn(self, text: str = "", timeout_s: float = 60.0, *, interrupt: bool = False, nonce: str | None = None, raw: bool = False, session: str | None = None) -> Turn:
         turn = await self.send(text, interrupt=interrupt, nonce=nonce, raw=raw, timeout_s=timeout_s, session=session)
         return await self.collect(turn, timeout_s)
+
+    async def interrupt(self, text: str, timeout_s: float, at: Callable[[Turn], Awaitable[Any]]) -> Turn:
+        """An interrupt over an agent protocol is a cancel (issue 23 item 4):
+        send ``text``, wait for ``at(turn)`` -- the cancel point, e.g. the
+        mock has answered the turn's first request and its tools run -- then
+        cancel the turn the protocol's way (the driver's cancel request, A2A's
+        tasks/cancel, on a connection of its own; then the stream is closed,
+        which is AG-UI's whole cancel). ``turn.cancel["t"]`` is when the cancel
+        went out; the judge reads from the mock whether the agent stopped. A
+        turn that ends before its cancel point is left as it ended, with
+        ``turn.cancel["why"]``, and judged as any turn."""
+        turn = await self.send(text, interrupt=True, timeout_s=timeout_s)
+        task = self._running.get(turn.input_id)
+        if task is None:
+            return turn
+        point = asyncio.ensure_future(at(turn))
+        try:
+            await asyncio.wait((point, task), timeout=max(0.0, turn.t_sent + timeout_s - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not point.done():
+                point.cancel()
+            await asyncio.gather(point, return_exceptions=True)
+        if task.done() or not point.done() or point.cancelled() or point.exception() is not None:
+            if task.done():
+                turn.cancel = {"t": None, "why": "the turn ended before its cancel point"}
+            else:
+                why = point.exception() if point.done() and not point.cancelled() else None
+                turn.cancel = {"t": None, "why": f"the cancel point was not reached ({why})" if why else "the cancel point was not reached before the turn's deadline"}
+            return await self.collect(turn, timeout_s)
+        turn.cancel = {"t": time.monotonic(), "answer": None}
+        try:
+            turn.cancel["answer"] = await self._cancel_request(turn, timeout_s)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._running.pop(turn.input_id, None)
+        if turn.outcome == "pending":
+            turn.outcome = "cancelled"
+            turn.t_done = time.monotonic()
+        return turn
+
+    async def _cancel_request(self, turn: Turn, timeout_s: float) -> str | None:
+        """The driver's cancel request, on a connection of its own: the turn's
+        one connection is busy with its stream. None for a protocol whose
+        cancel is closing the stream (AG-UI, OpenAI-compatible)."""
+        if type(self.driver).cancel is AgentDriver.cancel:
+            return None
+        import aiohttp
+
+        side = aiohttp.ClientSession(connector=_connector_class()(self.address, self.dialer, self.connect_timeout_s),
+                                     timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False, skip_auto_headers=("User-Agent",))
+        try:
+            async with asyncio.timeout(min(timeout_s, CANCEL_REQUEST_TIMEOUT_S)):
+                return await self.driver.cancel(side, turn)
+        except TimeoutError:
+            return "timeout"
+        except (ConnError, aiohttp.ClientError, OSError) as exc:
+            return f"conn_error ({exc})"
+        finally:
+            await side.close()
 
 
 async def probe_endpoint(http: "aiohttp.ClientSession", url: str, protocol: str, timeout_s: float, body: Any, example: str) -> int:

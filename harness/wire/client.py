@@ -82,7 +82,7 @@ class Turn:
     duplicate: bool = False
     error_code: str | None = None
     error_message: str | None = None
-    outcome: str = "pending"  # response | error | timeout | conn_error | closed | flood
+    outcome: str = "pending"  # response | error | timeout | conn_error | closed | flood | cancelled
     conn_error: str | None = None  # what happened, for people
     conn_kind: str | None = None  # a ConnError kind, for the verdict
     frames_dropped: int = 0  # frames of this turn beyond TURN_FRAMES_KEPT: counted, not kept
@@ -92,6 +92,10 @@ class Turn:
     # {name, args, start, end, results}; None where the protocol shows none
     # (protocol v1's tool frames stay frames), and the judge checks nothing
     tools_shown: dict[str, dict[str, Any]] | None = None
+    # a turn kstress cancelled (an interrupt over an agent protocol): {"t": the
+    # monotonic time the cancel went out, "answer": what a cancel request was
+    # answered (A2A) or None}; {"t": None, "why": ...} when the turn ended first
+    cancel: dict[str, Any] | None = None
 
     def lost(self, kind: str, message: str) -> None:
         self.outcome, self.conn_kind, self.conn_error = "conn_error", kind, message

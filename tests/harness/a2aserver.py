@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from agentserver import run_tool  # the tools the AG-UI test agent runs: cmd_run really sleeps
+
 V1_METHODS = {"SendMessage": "send", "SendStreamingMessage": "stream", "GetTask": "get", "CancelTask": "cancel"}
 V03_METHODS = {"message/send": "send", "message/stream": "stream", "tasks/get": "get", "tasks/cancel": "cancel"}
 
@@ -165,9 +167,9 @@ class A2AAgent:
             turn.append(step)
             if not calls:
                 break
-            for c in calls:
-                args = json.loads(c["function"]["arguments"] or "{}")
-                out = f"found {args.get('key')}: {args.get('query')}" if c["function"]["name"] == "lookup" else "ERROR: no such tool here"
+            # the calls of a step at once, as a parallel agent runs them
+            outs = await asyncio.gather(*(run_tool(c["function"]["name"], json.loads(c["function"]["arguments"] or "{}")) for c in calls))
+            for c, out in zip(calls, outs):
                 msg = {"role": "tool", "tool_call_id": c["id"], "content": out}
                 messages.append(msg)
                 turn.append(msg)

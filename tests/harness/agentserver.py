@@ -23,6 +23,7 @@ purpose, one way each, to see kstress name it:
     json           the endpoint answers plain JSON (the answer) where SSE was due
     error_event    OpenAI: an error event in place of the end
     shared_history AG-UI: one history for every thread (the last run's input leaks into the next run's)
+    ignore_cancel  AG-UI: a run goes on to its end when its client closes the stream (no cancel)
 
 Importable too: ``make_app(protocol, llm_url, fault)`` for an in-process server.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import uuid
@@ -125,7 +127,12 @@ def make_app(protocol: str, llm_url: str, fault: str = "none") -> web.Applicatio
     shared: list[dict] = []  # the shared_history fault's
     app = web.Application()
 
+    runs: set[asyncio.Future] = set()  # the ignore_cancel fault's runs, on after their requests
+
     async def close(_app: web.Application) -> None:
+        for run in list(runs):
+            run.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
         await agent.aclose()
 
     app.on_cleanup.append(close)
@@ -170,7 +177,19 @@ def make_app(protocol: str, llm_url: str, fault: str = "none") -> web.Applicatio
         await resp.write(sse({"type": "RUN_STARTED", "threadId": body["threadId"], "runId": body["runId"]}))
         try:
             await resp.write(sse({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}))
-            await agent.run(messages, emit)
+            if fault == "ignore_cancel":
+                # a planted bug: the run is not the request's; a closed stream
+                # cancels the handler, not the run, which goes on to its end
+                async def deaf(kind: str, **f) -> None:
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        await emit(kind, **f)
+
+                run = asyncio.ensure_future(agent.run(messages, deaf))
+                runs.add(run)
+                run.add_done_callback(runs.discard)
+                await asyncio.shield(run)
+            else:
+                await agent.run(messages, emit)
             await resp.write(sse({"type": "TEXT_MESSAGE_END", "messageId": "m1"}))
         except RuntimeError as exc:
             await resp.write(sse({"type": "RUN_ERROR", "message": str(exc)}))

@@ -142,3 +142,53 @@ def test_sessions_over_agui_hold_each_thread_to_its_own_history(tmp_path, mock_u
     else:
         assert r.returncode == 1, r.stdout + r.stderr
         assert "FAIL every session kept its own history — history " in r.stdout
+
+
+def _rows(tmp_path: Path, kind: str) -> list[dict]:
+    import json
+
+    (turns,) = (tmp_path / "runs").glob("stress-*/turns.jsonl")
+    return [r for r in map(json.loads, turns.read_text().splitlines()) if r.get("kind") == kind]
+
+
+@pytest.mark.parametrize("fault", ["none", "ignore_cancel"])
+def test_an_interrupt_over_agui_is_a_cancel_the_mock_sees_honoured(tmp_path, mock_url, fault):
+    """Over AG-UI an interrupt closes the run's stream while its tools run
+    (issue 23 item 4): an agent that cancels its run never asks the LLM again;
+    one that runs on to its end fails the turn as cancel_ignored."""
+    mock, start = mock_url
+    url = agent(start, tmp_path, mock, "agui", fault)
+    r = kstress(tmp_path, "stress", "--conns", "1", "--inputs", "1", "--mix", "text:1", "--interrupts", "5", "--url", url, "--protocol", "agui",
+                "--mock", mock, "--contract", "batch=parallel", "--contract", "interrupts=true")
+    (row,) = _rows(tmp_path, "interrupt")
+    assert row["outcome"] == "cancelled", row
+    if fault == "none":
+        assert r.returncode == 0 and row["passed"], (row, r.stdout + r.stderr)
+    else:
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert row["failures"][0].startswith("cancel_ignored (LLM request 2 of the turn arrived"), row
+        assert "cancel_ignored" in r.stdout
+
+
+@pytest.mark.parametrize("cancel", ["honour", "noop"])
+def test_an_interrupt_over_a2a_is_tasks_cancel(tmp_path, mock_url, cancel):
+    """Over A2A an interrupt is tasks/cancel on a connection of its own: a
+    server that cancels the task passes; one whose cancel waits for the task
+    to end and answers `completed` (fasta2a's) fails cancel_ignored, and the
+    row keeps what the server answered."""
+    mock, start = mock_url
+    p = start(f"a2a-{cancel}", [sys.executable, str(AGENT.with_name("a2aserver.py")), "--llm-url", mock + "/v1", "--cancel", cancel])
+    url = _line(tmp_path / f"a2a-{cancel}.out", "agent listening on ", p)
+    r = kstress(tmp_path, "stress", "--conns", "1", "--inputs", "1", "--mix", "text:1", "--interrupts", "5", "--url", url, "--protocol", "a2a",
+                "--mock", mock, "--contract", "batch=parallel", "--contract", "interrupts=true")
+    (row,) = _rows(tmp_path, "interrupt")
+    # the stream may carry the task's end before kstress closes it: the
+    # outcome is what was read, the verdict the mock's
+    assert row["interrupt"] and row["marker"] == "!slowbatch2:2000:0", row
+    if cancel == "honour":
+        assert r.returncode == 0 and row["passed"], (row, r.stdout + r.stderr)
+        assert row["cancel_answer"] == "canceled", row
+    else:
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert row["failures"][0].startswith("cancel_ignored (LLM request 2 of the turn arrived"), row
+        assert row["cancel_answer"] == "completed", row
