@@ -66,3 +66,6 @@ def test_the_planted_shared_history_fails_by_name(cli, tmp_path):
                 "--quiet", "--out", str(cli.out), timeout=280)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     assert "FAIL every session kept its own history — history foreign:" in r.stdout, r.stdout[-3000:]
+    # the framework said nothing on stderr: no deprecation (create_react_agent is one), no traceback
+    err = (run_dir(r) / "logs" / "target.err").read_text()
+    assert "Warning" not in err and "Traceback" not in err, err
