@@ -73,4 +73,4 @@ def judge_cancel(turn: Turn, plan: Plan, entry: dict[str, Any] | None, *, bound_
     when the mock saw the agent stop within the bound."""
     assert turn.cancel is not None and turn.cancel.get("t") is not None
     failures = cancel_failures(turn.cancel["t"], entry, bound_s, t_end)
-    return _verdict(turn, plan, failures, {"cancel_answer": turn.cancel.get("answer")})
+    return _verdict(turn, plan, failures, {"cancel_sent": True, "cancel_answer": turn.cancel.get("answer")})

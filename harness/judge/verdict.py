@@ -47,6 +47,7 @@ class TurnVerdict(NamedTuple):
     steps: int | None = None  # a tool loop's: steps the kernel completed correctly
     steps_total: int | None = None
     anatomy: dict[str, Any] | None = None  # where the turn's time went (harness/judge/verdict.py: turn_anatomy)
+    cancel_sent: bool | None = None  # kstress cancelled the turn (an interrupt over an agent protocol)
     cancel_answer: str | None = None  # a cancelled turn's: what the agent answered the cancel request (A2A), else None
 
     @property

@@ -454,7 +454,7 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
         "pass_rate": (len(passed) / len(inputs)) if inputs else None,
         "failures": dict(sorted(failures.items())),
         "failure_examples": dict(sorted(examples.items())),
-        "interrupts": {"attempted": len(interrupts), "passed": sum(1 for r in interrupts if r.get("passed"))},
+        "interrupts": {"attempted": len(interrupts), "passed": sum(1 for r in interrupts if r.get("passed"))} | cancel_summary(interrupts),
         "latency_s": _pcts(lat),
         "latency_by_marker": latency_by_marker(stat_rows),
         "throughput": throughput_windows(stat_rows),
@@ -752,6 +752,26 @@ def stage_section(stages: list[dict[str, Any]] | None, unit: str, title: str = "
     return out + [""]
 
 
+def cancel_summary(interrupts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over an agent protocol the interrupts are cancels (harness/judge/cancel.py):
+    how many went out, how many the agent honoured, what it answered."""
+    sent = [r for r in interrupts if r.get("cancel_sent")]
+    if not sent:
+        return {}
+    return {"cancels": {"sent": len(sent), "honoured": sum(1 for r in sent if r.get("passed")),
+                        "ignored": sum(1 for r in sent if str((r.get("failures") or [""])[0]).startswith("cancel_ignored")),
+                        "answers": dict(Counter(str(r.get("cancel_answer")) for r in sent if r.get("cancel_answer") is not None))}}
+
+
+def cancel_lines(i: dict[str, Any]) -> list[str]:
+    c = i.get("cancels")
+    if not c:
+        return []
+    answers = ", ".join(f"`{a}` ×{n}" for a, n in sorted(c["answers"].items()))
+    return [f"Cancels (interrupts over an agent protocol, docs/protocol.md *Cancels*): {c['sent']} sent while the turn's tools ran, "
+            f"{c['honoured']} honoured, {c['ignored']} ignored (cancel_ignored)" + (f"; the cancel request was answered {answers}" if answers else "") + ".", ""]
+
+
 def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
     st = doc.get("settings", {})
     out = header(doc, "stress")
@@ -770,6 +790,7 @@ def render_stress(doc: dict[str, Any], s: dict[str, Any]) -> str:
         "",
     ]
     out += concurrency_lines(s)
+    out += cancel_lines(s.get("interrupts") or {})
     by_kernel, kernel_latency = kernel_sections(s)
     out += by_kernel
     if s.get("failures"):

@@ -192,3 +192,5 @@ def test_an_interrupt_over_a2a_is_tasks_cancel(tmp_path, mock_url, cancel):
         assert r.returncode == 1, r.stdout + r.stderr
         assert row["failures"][0].startswith("cancel_ignored (LLM request 2 of the turn arrived"), row
         assert row["cancel_answer"] == "completed", row
+        assert "Cancels (interrupts over an agent protocol" in r.stdout and "1 sent while the turn's tools ran, 0 honoured, 1 ignored" in r.stdout
+        assert "the cancel request was answered `completed` ×1" in r.stdout
