@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`make bench`: streamed requests per second of the mock LLM against a floor,
 then the driver benchmark (bench/driver.py: kstress's cost per turn), then the same for the
-AG-UI and A2A drivers (bench/agui_client.py, bench/a2a_client.py: issue 23 item 7).
+AG-UI, A2A and OpenAI-compatible drivers (bench/agui_client.py, bench/a2a_client.py,
+bench/openai_client.py: issue 23 item 7).
 
 Seven measurements, interleaved round by round (floor, text, batch, ...,
 floor, ...) so that drift on a shared machine hits all alike:
@@ -535,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = driver_main([])
     # the agent-protocol drivers' cost per turn against a bare aiohttp client
     # through an instant server of that protocol (issue 23 item 7; target >= 0.5)
-    for name, script in (("AG-UI", "agui_client.py"), ("A2A", "a2a_client.py")):
+    for name, script in (("AG-UI", "agui_client.py"), ("A2A", "a2a_client.py"), ("OpenAI-compatible", "openai_client.py")):
         print(f"\nbench: the {name} driver (kstress's cost per turn over {name})", flush=True)
         rc = rc or subprocess.run([sys.executable, str(ROOT / "bench" / script)], cwd=ROOT).returncode
     return rc
