@@ -5,6 +5,7 @@ kstress code in it; their model is the sandbox's mock. Each passes batch under
 its declared contract (`barrier`: `!mixedN` included) and sessions; a contract
 it does not keep fails by name, and so does its planted shared history
 (KSTRESS_EXAMPLE_PLANT=shared-history: every thread / context one history).
+A cancel is honoured over AG-UI and ignored by fasta2a, by name.
 docs/example-pydantic-ai-agents.md has the measurements."""
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ def test_the_launched_example_passes_batch_and_sessions_and_a_wrong_contract_fai
         r, out, _ = scenario(cli, "sessions", "--sessions", "4", "--turns", "3")
         assert r.returncode == 0, out[-3000:]
         assert "PASS every session kept its own history" in r.stdout, out[-3000:]
+        # an interrupt is a cancel while the turn's tools run (issue 23 item 4):
+        # AGUIAdapter cancels the run with its stream; fasta2a's cancel is a
+        # no-op that answers `completed` once the task ran to its end
+        r, out, _ = scenario(cli, "stress", "--contract", "interrupts=true", "--interrupts", "1", "--conns", "1", "--inputs", "1",
+                             "--mix", "text:1", "--no-dedup-probe")
+        if protocol == "agui":
+            assert r.returncode == 0, out[-3000:]
+            assert "1 sent while the turn's tools ran, 1 honoured, 0 ignored" in r.stdout, out[-3000:]
+        else:
+            assert r.returncode == 1, out[-3000:]
+            assert "1 sent while the turn's tools ran, 0 honoured, 1 ignored (cancel_ignored); the cancel request was answered `completed` ×1" in r.stdout, out[-3000:]
     finally:
         r = cli.run("stop", timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
