@@ -166,10 +166,10 @@ async def sse_events(resp: "aiohttp.ClientResponse", on_size: Any = None) -> Asy
     body broken off mid-read is StreamCut (a clean end simply stops).
 
     Read in chunks as they arrive and split here, not with the stream's
-    readline: aiohttp's readline costs some 10 us a line, and a turn of
-    small events is mostly lines (bench/openai_client.py measured it as the
-    largest part of the driver's cost per turn). Lines end in LF (a CR
-    before it is dropped), as readline split them."""
+    readline: aiohttp's readline cost some 7 us a line on the loaded 2-core
+    box, and a turn of small events is mostly lines (bench/openai_client.py:
+    the largest part of the driver's cost per turn; docs/design-notes.md).
+    Lines end in LF (a CR before it is dropped), as readline split them."""
     import aiohttp
 
     content = resp.content
