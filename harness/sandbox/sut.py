@@ -231,6 +231,10 @@ class Target:
             self.verdict_key = verdict_key(s.raw.get("verdict_key") if isinstance(s.raw.get("verdict_key"), str) else None)
             self.contract = merged(base, None, a.contract_pairs)
             self.meta = s.meta()
+            if self.driver is not None:
+                # as a --launch run records it: without these a run against a detached
+                # agent sandbox read as a plain tcp kernel in run.json
+                self.meta.update(transport="http", protocol=self.driver.name, url=self.driver.url)
         if self.label:
             self.meta["label"] = self.label
         if self.kernel:

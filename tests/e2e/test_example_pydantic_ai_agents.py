@@ -48,6 +48,8 @@ def test_the_launched_example_passes_batch_and_sessions_and_a_wrong_contract_fai
         assert "6/6 turns passed" in r.stdout and "PASS mixed batches ran as barriers" in r.stdout, out[-3000:]
         (t,) = json.loads((run / "run.json").read_text())["meta"]["targets"]
         assert t["contract"]["batch"] == "barrier" and t["contract"]["sessions"] is True, t
+        # a run against the detached sandbox records the protocol as a --launch run does
+        assert (t["protocol"], t["transport"], t["url"]) == (protocol, "http", cli.state()["url"]), t
         r, out, _ = scenario(cli, "batch", "--contract", "batch=serial", "--kinds", "slowbatch", "--n", "4", "--rounds", "1")
         assert r.returncode == 1, out[-3000:]
         assert "overlap 4>1" in r.stdout, out[-3000:]
