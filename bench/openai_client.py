@@ -312,4 +312,8 @@ if __name__ == "__main__":
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--no-parse", action="store_true", help="skip the parse-alone comparison")
-    sys.exit(asyncio.run(main(ap.parse_args())))
+    args = ap.parse_args()
+    for flag, value, least in (("--conns", args.conns, 1), ("--turns", args.turns, 1), ("--rounds", args.rounds, 2)):
+        if value < least:  # argparse's usage error: exit 2
+            ap.error(f"{flag} {value}: must be at least {least} ({'medians of interleaved rounds' if flag == '--rounds' else 'something to measure'}); e.g. {flag} {max(least, 2)}")
+    sys.exit(asyncio.run(main(args)))

@@ -6,13 +6,15 @@ number is asserted, the machine's load decides those)."""
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "openai_client.py"
+sys.path.insert(0, str(BENCH.parent))
 
 import openai_client as bench  # noqa: E402
 
@@ -81,3 +83,10 @@ async def test_the_bench_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> 
     for driver in ("openai-chat", "openai-responses"):
         assert f"{driver} (" in out
     assert out.count("ratio bare/ours (median):") == 2
+
+
+@pytest.mark.parametrize(("args", "said"), [(["--rounds", "0"], "--rounds 0: must be at least 2"), (["--turns", "0"], "--turns 0: must be at least 1")])
+def test_a_bad_count_is_a_usage_error(args: list[str], said: str) -> None:
+    done = subprocess.run([sys.executable, str(BENCH), "--protocol", "chat", "--conns", "1", "--turns", "1", "--no-parse", *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and said in done.stderr, (done.returncode, done.stderr[-500:])
