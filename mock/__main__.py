@@ -38,6 +38,11 @@ def parser(prog: str = "python -m mock") -> argparse.ArgumentParser:
     p.add_argument("--log", type=Path, help="Append one JSON line per request.")
     p.add_argument("--model", default="kstress-mock", help="Model name when a request has none. [default: kstress-mock]")
     p.add_argument("--unix", type=Path, help="Also serve on this unix socket.")
+    p.add_argument(
+        "--rate-limit",
+        metavar="N/s",
+        help="Answer 429 with Retry-After past N requests a second across all requests (a token bucket holding one second's worth). [default: no limit]",
+    )
     return p
 
 
@@ -65,6 +70,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = parser(prog).parse_args(argv)
     from .catalog import DEFAULT_CATALOG, load_catalog
     from .errors import ConfigError
+    from .faults import parse_rate
     from .script import load_script
     from .markers import VERDICT_KEY_ENV, verdict_key
     from .server import MockSettings
@@ -83,6 +89,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             log_path=args.log,
             model=args.model,
             unix_path=args.unix,
+            rate_limit=None if args.rate_limit is None else parse_rate(args.rate_limit),
             # by environment only: argv is world-readable in /proc, and a
             # kernel that could read the key could forge verdict lines
             verdict_key=verdict_key(os.environ.get(VERDICT_KEY_ENV)),

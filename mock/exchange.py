@@ -45,6 +45,8 @@ class MockState:
     # !loop64:64 plan is 4,096 calls); bounded by the calls held, oldest dropped
     loop_plans: collections.OrderedDict[str, Plan] = field(default_factory=collections.OrderedDict)
     loop_plan_calls: int = 0
+    # --rate-limit's token bucket (mock/faults.py), None without one
+    bucket: Any = None
 
     def reset(self) -> None:
         self.counters.clear()
@@ -88,7 +90,7 @@ class Exchange:
     """One request on its way: its log line, its store entry and record, and
     when its bytes went out."""
 
-    __slots__ = ("rec", "arrival", "entry", "record", "first_byte", "last_byte", "committed", "tool_stream")
+    __slots__ = ("rec", "arrival", "entry", "record", "first_byte", "last_byte", "committed", "tool_stream", "fault")
 
     def __init__(self, rec: dict[str, Any], arrival: float) -> None:
         self.rec = rec
@@ -100,6 +102,8 @@ class Exchange:
         self.committed = False
         # this response carries tool calls: its last byte starts the nonce's tool phase
         self.tool_stream = False
+        # a fault schedule's stall or truncation for this attempt's reply (markers.Fault)
+        self.fault: Any = None
 
     def attach(self, entry: Entry, turn: Turn, dialect: str) -> Entry:
         self.entry = entry

@@ -14,6 +14,7 @@ At most one marker per message. A message without a marker gets a text reply.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -33,6 +34,16 @@ DEFAULT_LOOP_N = 1
 DEFAULT_LOOP_MS = 20
 
 ERR_KINDS = ("500", "429", "503", "midstream", "disconnect", "malformed")
+
+# Fault schedules (issue 24): a fault marker rides beside at most one plan
+# marker and acts per attempt of its nonce (the mock counts them), so a kernel
+# that retries gets the plan's normal reply once the schedule has run out.
+FAULT_MARKERS = ("flaky", "stall", "truncate")
+FLAKY_KINDS = ("429", "500", "503", "529", "reset")
+FLAKY_HTTP = ("429", "500", "503", "529")
+RETRY_AFTER_DEFAULT_S = 1  # what !flaky:429xN sends unless ra=S says otherwise
+RETRY_AFTER_MAX_S = 600
+_FLAKY_RE = re.compile(r"(?P<kind>[0-9a-z]+?)(?:x(?P<n>\d*))?")
 
 # The LLM APIs the mock speaks. One plan model for all: the same calls, names and
 # arguments; only the wire encoding and the id prefixes differ (wire_id below).
@@ -179,6 +190,10 @@ MARKERS: dict[str, tuple[bool, int]] = {
     "hang": (False, 1),
     "quirk": (False, 2),
     "loop": (True, 2),
+    # fault markers (FAULT_MARKERS): one may join a plan marker
+    "flaky": (False, 2),
+    "stall": (False, 1),
+    "truncate": (False, 0),
 }
 
 _MARKER_RE = re.compile(r"(?<!\S)!([A-Za-z]+)(\d*)((?::[^\s:]*)*)(?=\s|$)")
@@ -211,6 +226,28 @@ class Marker:
     count: int | None
     args: tuple[str, ...]
     token: str
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault schedule (!flaky, !stall, !truncate): what attempt ``n`` of the
+    nonce gets. Attempts count every request of the nonce, follow-ups too."""
+
+    kind: str  # flaky | stall | truncate
+    token: str
+    status: str | None = None  # !flaky's: 429 | 500 | 503 | 529 | reset
+    count: int = 1  # attempts that get the fault (!flaky, !stall); !truncate: every one
+    retry_after_s: int | None = None  # the Retry-After of !flaky's HTTP answers, None: no header
+    stall_ms: int = 0
+
+    def applies(self, attempt: int) -> bool:
+        """Attempt ``attempt`` (from 1) of the nonce gets the fault."""
+        return self.kind == "truncate" or attempt <= self.count
+
+    @property
+    def label(self) -> str:
+        """What a faulted attempt's record says it got: 429 .. reset, stall, truncate."""
+        return self.status if self.kind == "flaky" else self.kind  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -252,6 +289,9 @@ class Plan:
     hang_ms: int | None = None  # None with kind == "hang": until the client goes away
     quirk: str | None = None
     marker: str | None = None
+    # a fault schedule riding on the plan (!flaky, !stall, !truncate): the
+    # plan above is what an attempt past the schedule gets
+    fault: Fault | None = None
 
     @property
     def has_tools(self) -> bool:
@@ -329,14 +369,29 @@ def nonce_for(text: str) -> str:
 
 
 def parse_marker(text: str) -> Marker | None:
+    """The message's plan marker (a fault marker beside it: parse_markers)."""
+    return parse_markers(text)[0]
+
+
+def parse_markers(text: str) -> tuple[Marker | None, Marker | None]:
+    """(plan marker, fault marker) of a message: at most one of each."""
     found = _MARKER_RE.findall(text)
     if not found:
-        return None
-    if len(found) > 1:
+        return None, None
+    if len(found) == 1:
+        name, count, args = found[0]
+        m = _marker(f"!{name}{count}{args}", name, count, args)
+        return (None, m) if name in FAULT_MARKERS else (m, None)
+    faults = [f for f in found if f[0] in FAULT_MARKERS]
+    plans = [f for f in found if f[0] not in FAULT_MARKERS]
+    if len(found) > 2 or len(faults) != 1:
         tokens = ", ".join(f"!{name}{count}{args}" for name, count, args in found)
-        raise MarkerError(f"the message holds {len(found)} markers ({tokens}); use at most one marker per message")
-    name, count, args = found[0]
-    return _marker(f"!{name}{count}{args}", name, count, args)
+        raise MarkerError(
+            f"the message holds {len(found)} markers ({tokens}); use at most one marker per message, "
+            f"plus at most one fault marker ({', '.join('!' + k for k in FAULT_MARKERS)}) beside it"
+        )
+    (pn, pc, pa), (fn, fc, fa) = plans[0], faults[0]
+    return _marker(f"!{pn}{pc}{pa}", pn, pc, pa), _marker(f"!{fn}{fc}{fa}", fn, fc, fa)
 
 
 # A pure function of the token, memoised: the mock parses the same few tokens
@@ -401,7 +456,19 @@ def build_plan(
     """Derive the reply plan from a user message. Deterministic: the mock calls
     it again on the follow-up request to know what it sent."""
     nonce = nonce_for(text)
-    marker = parse_marker(text)
+    marker, fault_marker = parse_markers(text)
+    if fault_marker is not None:
+        if marker is not None and marker.name in ("err", "hang"):
+            raise MarkerError(
+                f"marker {fault_marker.token!r} cannot join {marker.token!r}: a fault schedule needs a normal reply "
+                f"to give once it has run out; pair it with a tool marker (e.g. !batch2) or none"
+            )
+        plan = _plan_of(marker, nonce, catalog, tool_ms, mixed_ms)
+        return dataclasses.replace(plan, fault=_fault(fault_marker))
+    return _plan_of(marker, nonce, catalog, tool_ms, mixed_ms)
+
+
+def _plan_of(marker: Marker | None, nonce: str, catalog: Catalog, tool_ms: int, mixed_ms: int) -> Plan:
     if marker is None:
         return Plan(kind="text", nonce=nonce)
     name = marker.name
@@ -486,6 +553,53 @@ def _err_kind(marker: Marker) -> str:
     if kind not in ERR_KINDS:
         raise MarkerError(f"marker {marker.token!r}: unknown fault {kind!r}; kinds: {', '.join(ERR_KINDS)}")
     return kind
+
+
+def _fault(marker: Marker) -> Fault:
+    """!flaky:KIND[xN][:ra=S], !stall:MS[xN], !truncate."""
+    token = marker.token
+    if marker.name == "truncate":
+        return Fault(kind="truncate", token=token)
+    if marker.name == "stall":
+        form = "write !stall:MS[xN], MS the pause in whole ms from 1 to %d, N the attempts it hits (default 1), e.g. !stall:2000" % MS_MAX
+        if not marker.args:
+            raise MarkerError(f"marker {token!r} needs a duration; {form}")
+        raw, _, n_raw = marker.args[0].partition("x")
+        if not raw.isdigit() or not 1 <= int(raw) <= MS_MAX:
+            raise MarkerError(f"marker {token!r}: duration {raw!r} is not whole milliseconds from 1 to {MS_MAX}; {form}")
+        return Fault(kind="stall", token=token, count=_fault_count(token, n_raw, "x" in marker.args[0], form), stall_ms=int(raw))
+    form = (
+        f"write !flaky:KINDxN[:ra=S] with KIND one of {', '.join(FLAKY_KINDS)}, N the attempts that fail "
+        f"({N_MIN} to {N_MAX}; !flaky:reset alone means x1) and S the Retry-After seconds (0 to {RETRY_AFTER_MAX_S}), e.g. !flaky:429x2"
+    )
+    if not marker.args:
+        raise MarkerError(f"marker {token!r} needs a fault; {form}")
+    m = _FLAKY_RE.fullmatch(marker.args[0])
+    kind = m.group("kind") if m else marker.args[0]
+    if m is None or kind not in FLAKY_KINDS:
+        raise MarkerError(f"marker {token!r}: unknown fault {kind!r}; {form}")
+    has_x = m.group("n") is not None
+    if not has_x and kind != "reset":
+        raise MarkerError(f"marker {token!r}: {kind!r} needs its number of attempts; {form}")
+    count = _fault_count(token, m.group("n") or "", has_x, form)
+    retry_after: int | None = RETRY_AFTER_DEFAULT_S if kind == "429" else None
+    if len(marker.args) > 1:
+        arg = marker.args[1]
+        value = arg[3:] if arg.startswith("ra=") else None
+        if kind == "reset":
+            raise MarkerError(f"marker {token!r}: a reset sends no response, so no Retry-After ({arg!r}); write !flaky:reset[xN]")
+        if value is None or not value.isdigit() or int(value) > RETRY_AFTER_MAX_S:
+            raise MarkerError(f"marker {token!r}: {arg!r} is not ra=S with S whole seconds from 0 to {RETRY_AFTER_MAX_S}; {form}")
+        retry_after = int(value)
+    return Fault(kind="flaky", token=token, status=kind, count=count, retry_after_s=retry_after)
+
+
+def _fault_count(token: str, raw: str, has_x: bool, form: str) -> int:
+    if not has_x:
+        return 1
+    if not raw.isdigit() or not N_MIN <= int(raw) <= N_MAX:
+        raise MarkerError(f"marker {token!r}: attempts {raw!r} after 'x' must be a whole number from {N_MIN} to {N_MAX}; {form}")
+    return int(raw)
 
 
 def _quirk_args(marker: Marker) -> tuple[str, int]:

@@ -34,12 +34,14 @@ from .catalog import DEFAULT_CATALOG, Catalog
 from .dialects import BY_NAME, CHAT, BadRequest, Dialect, Reply, Turn, text_reply
 from .errors import ConfigError, MarkerError
 from .exchange import RECENT_CAPACITY, Exchange, MockState, begin, end
+from .faults import RATE_MAX, TokenBucket, retry_after_headers
 from .markers import (
     DEFAULT_MIXED_MS,
     DEFAULT_TOOL_MS,
     MS_MAX,
     QUIRK_DIALECTS,
     Call,
+    Fault,
     Plan,
     VerdictLine,
     build_plan,
@@ -81,6 +83,9 @@ class MockSettings:
     # tags every verdict line (mock/markers.py: sign); the kernel never sees it.
     # Out of repr: settings are logged.
     verdict_key: bytes | None = field(default=None, repr=False)
+    # --rate-limit: requests a second across every request (mock/faults.py:
+    # TokenBucket); past it a 429 with Retry-After. None: no limit
+    rate_limit: float | None = None
 
     def __post_init__(self) -> None:
         def rule(ok: bool, name: str, value: Any, want: str) -> None:
@@ -95,6 +100,10 @@ class MockSettings:
         rule(1 <= self.mixed_ms <= MS_MAX, "mixed_ms", self.mixed_ms, f"use 1 to {MS_MAX}")
         rule(bool(self.host), "host", self.host, "give an address to bind, e.g. 127.0.0.1")
         rule(1 <= self.store_capacity <= 10_000_000, "store_capacity", self.store_capacity, "use 1 to 10000000")
+        rule(
+            self.rate_limit is None or (isinstance(self.rate_limit, (int, float)) and 0 < self.rate_limit <= RATE_MAX),
+            "rate_limit", self.rate_limit, f"use requests per second above 0 and at most {RATE_MAX:.0f}, or None for no limit",
+        )
 
     @property
     def paced(self) -> bool:
@@ -189,7 +198,7 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
         return turn  # malformed: answered 400
     model = turn.model or settings.model
 
-    if turn.stream and not turn.followup and settings.script is None and not settings.chunk_delay_ms:
+    if turn.stream and not turn.followup and settings.script is None and not settings.chunk_delay_ms and state.bucket is None:
         found = shape_for(dialect, turn.user_text, settings, state)
         if found is not None:
             events = shape_reply(dialect, turn, found, model, state, ex)
@@ -202,6 +211,10 @@ async def _serve(request: web.Request, dialect: Dialect, settings: MockSettings,
     if not isinstance(planned, tuple):
         return planned  # a bad marker: answered 400
     plan, entry, history = planned
+    if plan.fault is not None or state.bucket is not None:
+        refused = _scheduled(request, dialect, state, ex, plan, entry)
+        if refused is not None:
+            return refused
     if plan.kind == "loop":
         return await _loop(request, dialect, settings, state, ex, turn, model, plan, entry, history)
     if turn.followup:
@@ -489,10 +502,124 @@ async def _reply(
     reply: Reply,
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
+    if ex.fault is not None:
+        return await _faulty_reply(request, dialect, settings, state, ex, turn, model, reply, headers)
     if not turn.stream:
         return _respond(state, ex, 200, dialect.complete(reply, turn, model), headers)
     events = dialect.stream(reply, turn, model, coalesce=not settings.chunk_delay_ms)
     return await _send(request, events, settings, state, ex, dialect, headers=headers)
+
+
+# --- fault schedules and the rate limit (issue 24) ------------------------------------
+
+
+def _scheduled(request: web.Request, dialect: Dialect, state: MockState, ex: Exchange, plan: Plan, entry: Entry) -> web.StreamResponse | None:
+    """The rate limit's refusal, or this attempt's place in the nonce's fault
+    schedule: an HTTP error or a reset answered here, a stall or truncation
+    left on ``ex`` for the reply; None when the plan's reply goes out."""
+    record = ex.record
+    bucket = state.bucket
+    if bucket is not None:
+        wait = bucket.take(ex.arrival)
+        if wait is not None:
+            state.counters["rate_limited"] += 1
+            ex.rec["fault"] = "rate_limit"
+            headers = retry_after_headers(wait)
+            if record is not None:
+                record += ("rate_limit", float(headers["retry-after-ms"]) / 1000)
+            msg = f"kstress mock: rate limit of {bucket.rate:g} requests/s reached (--rate-limit); retry after {wait:.3f} s"
+            return _respond(state, ex, 429, dialect.schedule_error(429, msg), headers)
+    fault = plan.fault
+    if fault is None:
+        return None
+    attempt = entry.get("attempts", 0) + 1
+    entry.schedule, entry.attempts = fault, attempt
+    ex.rec["attempt"] = attempt
+    if not fault.applies(attempt):
+        if record is not None:
+            record += (None, None)
+        return None
+    label = fault.label
+    ex.rec["fault"] = label
+    state.counters["schedule_faults"] += 1
+    if fault.kind != "flaky":
+        # a stall or a truncation shapes the reply itself (_faulty_reply)
+        if record is not None:
+            record += (label, None)
+        ex.fault = fault
+        return None
+    if record is not None:
+        record += (label, fault.retry_after_s)
+    if label == "reset":
+        # the connection dropped before any byte of a response, as a crashed
+        # upstream or a load balancer's reset does; status 0 in the record
+        state.counters["disconnects_injected"] += 1
+        state.commit(ex, 0)
+        if request.transport is not None:
+            request.transport.close()
+        return web.Response(status=500)  # never reaches the client: the connection is gone
+    status = int(label)
+    msg = f"kstress mock: injected HTTP {status} on attempt {attempt} (marker {fault.token})"
+    if status in (503, 529):
+        msg += ": Overloaded"
+    headers = None if fault.retry_after_s is None else retry_after_headers(fault.retry_after_s)
+    return _respond(state, ex, status, dialect.schedule_error(status, msg), headers)
+
+
+STALL_HEAD_EVENTS = 2  # SSE events sent before a stall: the stream has visibly begun
+
+
+async def _faulty_reply(
+    request: web.Request,
+    dialect: Dialect,
+    settings: MockSettings,
+    state: MockState,
+    ex: Exchange,
+    turn: Turn,
+    model: str,
+    reply: Reply,
+    headers: dict[str, str] | None,
+) -> web.StreamResponse:
+    """The reply under a stall (its first events, a pause, the rest) or a
+    truncation (its first half, then a clean end without the terminal event)."""
+    fault: Fault = ex.fault
+    if not turn.stream:
+        if fault.kind == "stall":
+            # no stream to stall: the whole answer waits
+            await asyncio.sleep(fault.stall_ms / 1000)
+            return _respond(state, ex, 200, dialect.complete(reply, turn, model), headers)
+        body = json.dumps(dialect.complete(reply, turn, model)).encode()
+        ex.sent(None, time.monotonic())
+        state.commit(ex, 200)
+        return web.Response(status=200, body=body[: len(body) // 2], content_type="application/json", headers=headers)
+    # cut on SSE event boundaries, whatever runs of events a dialect joined
+    body = b"".join(dialect.stream(reply, turn, model, coalesce=True))
+    events = body.split(b"\n\n")[:-1]
+    hdrs = {"Content-Type": dialect.content_type, "Cache-Control": "no-cache"}
+    if headers:
+        hdrs.update(headers)
+    resp = web.StreamResponse(status=200, headers=hdrs)
+    try:
+        await resp.prepare(request)
+        if fault.kind == "truncate":
+            # every event up to half, none of the terminal ones: no [DONE],
+            # message_stop or response.completed, and the reply's end missing
+            keep = events[: max(1, len(events) // 2)]
+            ex.sent(None, time.monotonic())
+            state.commit(ex, 200)
+            await resp.write_eof(b"".join(e + b"\n\n" for e in keep))
+            return resp
+        head = min(STALL_HEAD_EVENTS, len(events) - 1)
+        ex.first_byte = time.monotonic()
+        await resp.write(b"".join(e + b"\n\n" for e in events[:head]))
+        await asyncio.sleep(fault.stall_ms / 1000)
+        ex.sent(ex.first_byte, time.monotonic())
+        state.commit(ex, 200)
+        await resp.write_eof(b"".join(e + b"\n\n" for e in events[head:]))
+    except _GONE:
+        state.counters["disconnects"] += 1
+        ex.rec["client_gone"] = True
+    return resp
 
 
 async def _inject(
@@ -706,6 +833,8 @@ def create_app(settings: MockSettings | None = None) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[SETTINGS_KEY] = settings
     app[STATE_KEY] = MockState(store=VerdictStore(settings.store_capacity))
+    if settings.rate_limit is not None:
+        app[STATE_KEY].bucket = TokenBucket(settings.rate_limit, time.monotonic())
     for dialect in BY_NAME.values():
         handler = chat_completions if dialect is CHAT else _route(dialect)
         for path in dialect.paths:
@@ -746,7 +875,10 @@ class _Runner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        fastpath.serve_fast(server, self._app[SETTINGS_KEY], self._app[STATE_KEY])
+        # under a rate limit every request takes a token: aiohttp's handler
+        # serves them all (_serve), so the fast path's requests pay nothing for it
+        if self._app[SETTINGS_KEY].rate_limit is None:
+            fastpath.serve_fast(server, self._app[SETTINGS_KEY], self._app[STATE_KEY])
         return server
 
 

@@ -18,7 +18,7 @@ from . import wire
 from .dialects import Dialect, Reply, Turn, text_reply
 from .errors import MarkerError
 from .exchange import Exchange, MockState
-from .markers import TAG_BYTES, Plan, build_plan, find_nonce, parse_marker, parse_session_nonce, text_verdict, verdict_tag
+from .markers import TAG_BYTES, Plan, build_plan, find_nonce, parse_markers, parse_session_nonce, text_verdict, verdict_tag
 
 if TYPE_CHECKING:
     from .server import MockSettings
@@ -76,9 +76,11 @@ def shape_for(dialect: Dialect, user_text: str, settings: MockSettings, state: M
     if nonce is None or ("_t" in nonce and parse_session_nonce(nonce) is not None):
         return None  # a session turn's replies carry its history token
     try:
-        marker = parse_marker(user_text)
+        marker, fault = parse_markers(user_text)
     except MarkerError:
         return None  # the general path answers 400
+    if fault is not None:
+        return None  # a fault schedule: each attempt is decided apart
     token = marker.token if marker is not None else None
     key = (dialect.name, token, len(nonce))
     shape = state.shapes.get(key, _MISSING)

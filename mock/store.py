@@ -30,6 +30,11 @@ QUERY_LIMIT = 10_000
 # away is set after the fact) in this field order; as_json() names the fields.
 RECORD_FIELDS = ("arrival", "first_byte", "last_byte", "status", "followup", "dialect", "stream")
 ARRIVAL, FIRST_BYTE, LAST_BYTE, STATUS, FOLLOWUP, DIALECT, STREAM = range(len(RECORD_FIELDS))
+# Appended only to the records of a nonce with a fault schedule, and of a
+# request the rate limit refused (issue 24): the fault the attempt got (None:
+# none, the normal reply) and the Retry-After it was sent, in seconds (None:
+# no header). Every other record keeps its seven fields and costs nothing more.
+FAULT_FIELDS = ("fault", "retry_after")
 
 
 def _rare(name: str) -> property:
@@ -101,6 +106,8 @@ class Entry:
     step_tool_ms = _rare("step_tool_ms")  # a tool loop's: each step's tool time, ms
     past_final = _rare("past_final")  # requests after a final answer (a tool loop run past it)
     stamps = _rare("stamps")  # the slow tools' KST-S/KST-E ns by call stamp, from the results the kernel sent
+    schedule = _rare("schedule")  # a fault schedule's: markers.Fault
+    attempts = _rare("attempts")  # a fault schedule's: the attempts it has decided (rate-limited ones not counted)
 
     def get(self, name: str, default: Any = None) -> Any:
         return getattr(self, name, default)
@@ -151,14 +158,40 @@ class Entry:
             "hung": get("hung", False),
             "error": get("error"),
             "tool_stream_end": get("tool_stream_end"),
-            "records": [dict(zip(RECORD_FIELDS, r)) for r in self.records],
+            "records": [_record_json(r) for r in self.records],
             "records_dropped": self.records_dropped,
             "history": get("history"),
             "loop_step": get("loop_step"),
             "step_tool_ms": get("step_tool_ms"),
             "past_final": get("past_final", 0),
             "stamps": get("stamps"),
+            "schedule": _schedule_json(get("schedule"), get("attempts", 0)),
         }
+
+
+_N_FIELDS = len(RECORD_FIELDS)
+
+
+def _record_json(r: list[Any]) -> dict[str, Any]:
+    out = dict(zip(RECORD_FIELDS, r))
+    if len(r) > _N_FIELDS:
+        out.update(zip(FAULT_FIELDS, r[_N_FIELDS:]))
+    return out
+
+
+def _schedule_json(fault: Any, attempts: int) -> dict[str, Any] | None:
+    if fault is None:
+        return None
+    return {
+        "marker": fault.token,
+        "kind": fault.kind,
+        "fault": fault.label,
+        # attempts that get the fault; None: every one (!truncate)
+        "count": None if fault.kind == "truncate" else fault.count,
+        "retry_after": fault.retry_after_s,
+        "stall_ms": fault.stall_ms or None,
+        "attempts": attempts,
+    }
 
 
 class VerdictStore:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .agentproto import AgentDriver, TurnSink
-from .agents import drain, json_event, probe_endpoint, read_head, sse_events
+from .agents import drain, json_event, probe_endpoint, read_head, sse_batches
 
 if TYPE_CHECKING:
     import aiohttp
@@ -110,40 +110,41 @@ class AguiDriver(AgentDriver):
                 return
             last = None
             n = 0
-            async for _name, data, size in sse_events(resp):
-                ev = json_event(data, "an AG-UI event")
-                sink.frame(ev, size)
-                n += 1
-                kind = ev.get("type")
-                last = kind
-                if kind in TEXT:
-                    delta = ev.get("delta")
-                    if isinstance(delta, str):
-                        sink.delta(delta)
-                elif kind in TOOL_PHASES:
-                    call_id = str(ev.get("toolCallId", ""))
-                    phase = TOOL_PHASES[kind]
-                    sink.tool(call_id, ev.get("toolCallName"), phase, arguments=ev.get("delta") if phase == "args" else None,
-                              content=ev.get("content") if phase == "result" and isinstance(ev.get("content"), str) else None)
-                elif kind == "TOOL_CALL_CHUNK":  # the convenience form: start and args in one
-                    call_id = str(ev.get("toolCallId", ""))
-                    if ev.get("toolCallName"):
-                        sink.tool(call_id, ev.get("toolCallName"), "start")
-                    sink.tool(call_id, None, "args", arguments=ev.get("delta") or "")
-                elif kind == "MESSAGES_SNAPSHOT" and session is not None and isinstance(ev.get("messages"), list):
-                    snapshot = [m for m in ev["messages"] if isinstance(m, dict)]
-                elif kind == "RUN_FINISHED":
-                    outcome = ev.get("outcome")
-                    if isinstance(outcome, dict) and outcome.get("type") not in (None, "success"):
-                        sink.error("run_interrupted", f"RUN_FINISHED with outcome {outcome.get('type')!r}: the run stopped for the client (a frontend tool or an approval), not with an answer")
-                    else:
-                        sink.done(None)
-                        if snapshot is not None and session is not None:
-                            self.threads[session] = (len(history or ()) + 1, snapshot)
-                    await drain(resp)
-                    return
-                elif kind == "RUN_ERROR":
-                    sink.error("run_error", str(ev.get("message") or ev.get("code") or "RUN_ERROR with no message"))
-                    await drain(resp)
-                    return
+            async for batch in sse_batches(resp):
+                for _name, data, size in batch:
+                    ev = json_event(data, "an AG-UI event")
+                    sink.frame(ev, size)
+                    n += 1
+                    kind = ev.get("type")
+                    last = kind
+                    if kind in TEXT:
+                        delta = ev.get("delta")
+                        if isinstance(delta, str):
+                            sink.delta(delta)
+                    elif kind in TOOL_PHASES:
+                        call_id = str(ev.get("toolCallId", ""))
+                        phase = TOOL_PHASES[kind]
+                        sink.tool(call_id, ev.get("toolCallName"), phase, arguments=ev.get("delta") if phase == "args" else None,
+                                  content=ev.get("content") if phase == "result" and isinstance(ev.get("content"), str) else None)
+                    elif kind == "TOOL_CALL_CHUNK":  # the convenience form: start and args in one
+                        call_id = str(ev.get("toolCallId", ""))
+                        if ev.get("toolCallName"):
+                            sink.tool(call_id, ev.get("toolCallName"), "start")
+                        sink.tool(call_id, None, "args", arguments=ev.get("delta") or "")
+                    elif kind == "MESSAGES_SNAPSHOT" and session is not None and isinstance(ev.get("messages"), list):
+                        snapshot = [m for m in ev["messages"] if isinstance(m, dict)]
+                    elif kind == "RUN_FINISHED":
+                        outcome = ev.get("outcome")
+                        if isinstance(outcome, dict) and outcome.get("type") not in (None, "success"):
+                            sink.error("run_interrupted", f"RUN_FINISHED with outcome {outcome.get('type')!r}: the run stopped for the client (a frontend tool or an approval), not with an answer")
+                        else:
+                            sink.done(None)
+                            if snapshot is not None and session is not None:
+                                self.threads[session] = (len(history or ()) + 1, snapshot)
+                        await drain(resp)
+                        return
+                    elif kind == "RUN_ERROR":
+                        sink.error("run_error", str(ev.get("message") or ev.get("code") or "RUN_ERROR with no message"))
+                        await drain(resp)
+                        return
             sink.error("stream_cut", f"the AG-UI stream ended after {n} events without RUN_FINISHED or RUN_ERROR" + (f" (the last was {last})" if last else ""))

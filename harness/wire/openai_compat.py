@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .agentproto import AgentDriver, TurnSink
-from .agents import drain, json_event, probe_endpoint, read_head, sse_events
+from .agents import drain, json_event, probe_endpoint, read_head, sse_batches
 
 if TYPE_CHECKING:
     import aiohttp
@@ -74,23 +74,24 @@ class _OpenAIDriver(AgentDriver):
                 sink.error("not_sse", f"{self.url} answered {ctype or 'no Content-Type'} where a stream (text/event-stream; the request said stream: true) was due: {await read_head(resp)}")
                 return
             n = 0
-            async for name, data, size in sse_events(resp):
-                if data.strip() == "[DONE]":
-                    sink.frame({"done": True}, size)
-                    sink.done(None)
-                    await drain(resp)
-                    return
-                ev = json_event(data, "a stream event")
-                sink.frame(ev, size)
-                n += 1
-                if isinstance(ev.get("error"), dict) or ev.get("type") == "error":
-                    err = ev.get("error") if isinstance(ev.get("error"), dict) else ev
-                    sink.error("api_error", str(err.get("message") or err.get("code") or "an error event with no message"))
-                    await drain(resp)
-                    return
-                if self.event(ev, name, sink):
-                    await drain(resp)
-                    return
+            async for batch in sse_batches(resp):
+                for name, data, size in batch:
+                    if data.strip() == "[DONE]":
+                        sink.frame({"done": True}, size)
+                        sink.done(None)
+                        await drain(resp)
+                        return
+                    ev = json_event(data, "a stream event")
+                    sink.frame(ev, size)
+                    n += 1
+                    if isinstance(ev.get("error"), dict) or ev.get("type") == "error":
+                        err = ev.get("error") if isinstance(ev.get("error"), dict) else ev
+                        sink.error("api_error", str(err.get("message") or err.get("code") or "an error event with no message"))
+                        await drain(resp)
+                        return
+                    if self.event(ev, name, sink):
+                        await drain(resp)
+                        return
             sink.error("stream_cut", f"the stream ended after {n} events before its end ({self.end})")
 
     end = ""

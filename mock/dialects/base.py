@@ -136,6 +136,11 @@ class Dialect:
         """The stream of ``!err:midstream|disconnect|malformed`` (CUT where the connection drops)."""
         raise NotImplementedError
 
+    def schedule_error(self, status: int, message: str) -> dict[str, Any]:
+        """The body of a fault schedule's HTTP answer (429, 500, 503, 529) and
+        of a rate-limit refusal, in the form this API sends it."""
+        return self.error(status, message)
+
     def nonstream_midstream(self, plan: Plan) -> tuple[int, dict[str, Any]]:
         """What ``!err:midstream`` is without a stream: an HTTP error."""
         return 500, self.error(500, f"kstress mock: injected mid-response error (marker {plan.marker})")

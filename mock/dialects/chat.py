@@ -90,6 +90,15 @@ class ChatDialect(Dialect):
             return 503, wire.error_body(msg + _OVERLOAD, "server_error", "overloaded"), None
         return 500, wire.error_body(msg, "server_error", "internal_error"), None
 
+    def schedule_error(self, status: int, message: str) -> dict[str, Any]:
+        if status == 429:
+            return wire.error_body(message, "requests", "rate_limit_exceeded")
+        if status in (503, 529):
+            # 529 is Anthropic's; an OpenAI-compatible proxy in front of it
+            # passes it on, the body in OpenAI's form
+            return wire.error_body(message + _OVERLOAD, "server_error", "overloaded")
+        return wire.error_body(message, "server_error", "internal_error")
+
     def nonstream_midstream(self, plan: Plan) -> tuple[int, dict[str, Any]]:
         return 500, wire.error_body(f"kstress mock: injected mid-response error (marker {plan.marker})", "server_error", "internal_error")
 

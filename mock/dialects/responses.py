@@ -201,6 +201,9 @@ class ResponsesDialect(Dialect):
     def http_fault(self, plan: Plan) -> tuple[int, dict[str, Any], dict[str, str] | None]:
         return CHAT.http_fault(plan)
 
+    def schedule_error(self, status: int, message: str) -> dict[str, Any]:
+        return CHAT.schedule_error(status, message)
+
     def nonstream_midstream(self, plan: Plan) -> tuple[int, dict[str, Any]]:
         return CHAT.nonstream_midstream(plan)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from harness.wire.agents import StreamCut, sse_events
+from harness.wire.agents import StreamCut, sse_batches, sse_events
 from harness.wire.client import ConnError
 from harness.wire.protocol import MAX_FRAME
 
@@ -104,3 +104,18 @@ async def test_an_event_of_many_lines_over_the_frame_limit_is_a_protocol_error()
 async def test_a_body_broken_off_is_a_stream_cut() -> None:
     with pytest.raises(StreamCut, match="broke off"):
         await events([b'data: {"a":1}\n\ndata: {"b"'], fail=aiohttp.ClientPayloadError("cut"))
+
+
+async def test_the_events_before_an_event_over_the_limit_come_out_first() -> None:
+    # as one event at a time they would: a driver that ends its turn on the first never sees the error
+    line = b"data: " + b"x" * 1000 + b"\n"
+    gen = sse_events(_Resp([b'data: {"a":1}\n\n' + line * (MAX_FRAME // len(line) + 1) + b"\n"]))  # type: ignore[arg-type]
+    assert await gen.__anext__() == (None, '{"a":1}', 15)
+    with pytest.raises(ConnError, match="frame limit"):
+        await gen.__anext__()
+
+
+async def test_a_chunk_s_events_come_as_one_batch() -> None:
+    half = len(STREAM) // 2
+    batches = [b async for b in sse_batches(_Resp([STREAM[:half], STREAM[half:]]))]  # type: ignore[arg-type]
+    assert [e for b in batches for e in b] == EXPECTED and len(batches) == 2
