@@ -13,6 +13,7 @@ ENTRY_KEYS = {
     "nonce", "plan", "marker", "quirk", "quirk_applied", "requests", "verdict", "verdicts", "text_verdict",
     "fault", "hung", "error", "tool_stream_end", "records", "records_dropped",
     "history", "loop_step", "step_tool_ms", "past_final", "stamps",
+    "schedule",  # issue 24: a fault schedule's, else null
 }  # fmt: skip
 
 
