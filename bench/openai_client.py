@@ -208,19 +208,26 @@ def _raw(proto: str) -> list[bytes]:
     return CHAT_EVENTS if proto == "chat" else [e for _, e in RESPONSES_EVENTS]
 
 
-def sdk_adapter(proto: str) -> Any:
+def sdk_model(proto: str) -> Any:
     """The openai package's type of one stream event, or None when it is not
     importable here."""
     try:
-        from pydantic import TypeAdapter
-
         if proto == "chat":
             from openai.types.chat import ChatCompletionChunk as Model
         else:
             from openai.types.responses import ResponseStreamEvent as Model
     except ImportError:
         return None
-    return TypeAdapter(Model)
+    return Model
+
+
+def sdk_adapter(proto: str) -> Any:
+    model = sdk_model(proto)
+    if model is None:
+        return None
+    from pydantic import TypeAdapter  # openai's own dependency
+
+    return TypeAdapter(model)
 
 
 def check_shapes(proto: str) -> None:
@@ -264,7 +271,7 @@ def parse_cost(proto: str) -> None:
 
     from openai._models import construct_type  # what openai's Stream does per event unless strict
 
-    model = ta._type
+    model = sdk_model(proto)
     built_us = _per_turn_us(lambda e: construct_type(type_=model, value=json.loads(e)), raw)
     strict_us = _per_turn_us(ta.validate_json, raw)
     print(f"  parse, the openai SDK's own path (json.loads + construct_type): {built_us:.1f} us a turn ({built_us / ours_us:.1f}x); "
