@@ -15,7 +15,7 @@ from pathlib import Path
 from . import __version__, procs
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RefkernelError
 from .kernel import Kernel
-from .settings import BATCH_MODES, FAULTS, LLM_APIS, KernelSettings
+from .settings import BACKOFF_MAX_S, BACKOFFS, BATCH_MODES, FAULTS, LLM_APIS, MAX_LLM_RETRIES, RETRY_AFTER_MAX_S, KernelSettings
 
 log = logging.getLogger("refkernel")
 
@@ -60,6 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drop an input whose text was accepted in the last S seconds; 0 = off (default %(default)s)")
     p.add_argument("--llm-timeout", type=float, default=d.llm_timeout, metavar="S",
                    help="max wait for the LLM's first byte and between stream chunks (default %(default)s)")
+    p.add_argument("--llm-retries", type=int, default=d.llm_retries, metavar="N",
+                   help=f"retry a failed LLM request up to N times (0 to {MAX_LLM_RETRIES}): on HTTP 408, 429, 5xx, 529, a lost "
+                   "connection, a stream cut short or silent past --llm-timeout; never on other 4xx (default %(default)s: no retries)")
+    p.add_argument("--honour-retry-after", action="store_true",
+                   help=f"before a retry wait what retry-after-ms / Retry-After said, when it is at most {RETRY_AFTER_MAX_S:g} s "
+                   "(a longer one ends the retries); without it, or with no header, --llm-backoff decides")
+    p.add_argument("--llm-backoff", default=d.llm_backoff, choices=list(BACKOFFS),
+                   help="the wait before a retry: " + "; ".join(f"{k}: {v}" for k, v in BACKOFFS.items()).replace(
+                       "BACKOFF_MAX_S", f"{BACKOFF_MAX_S:g} s").replace("%", "%%") + " (default %(default)s)")
+    p.add_argument("--llm-backoff-ms", type=int, default=d.llm_backoff_ms, metavar="BASE",
+                   help="the base wait of --llm-backoff in milliseconds (default %(default)s, the openai SDK's 0.5 s)")
     p.add_argument("--max-parallel-tools", type=int, default=d.max_parallel_tools, metavar="P",
                    help="tool calls of one batch run at once (default %(default)s)")
     p.add_argument("--batch", default=d.batch, choices=list(BATCH_MODES),
@@ -122,6 +133,10 @@ def settings_from_args(args: argparse.Namespace) -> KernelSettings:
         delay_ms=args.delay_ms,
         session_turns=args.session_turns,
         max_sessions=args.max_sessions,
+        llm_retries=args.llm_retries,
+        honour_retry_after=args.honour_retry_after,
+        llm_backoff=args.llm_backoff,
+        llm_backoff_ms=args.llm_backoff_ms,
     )
 
 

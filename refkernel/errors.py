@@ -36,10 +36,15 @@ class TurnError(RefkernelError):
 
 
 class LLMError(TurnError):
-    def __init__(self, message: str, code: str = "llm_error") -> None:
+    """``retryable``: a transient failure (--llm-retries may try again);
+    ``retry_after``: the seconds the LLM's Retry-After asked for, if any."""
+
+    def __init__(self, message: str, code: str = "llm_error", retryable: bool = False, retry_after: float | None = None) -> None:
         super().__init__(code, message)
+        self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class LLMTimeout(LLMError):
     def __init__(self, message: str) -> None:
-        super().__init__(message, code="llm_timeout")
+        super().__init__(message, code="llm_timeout", retryable=True)

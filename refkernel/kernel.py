@@ -36,6 +36,8 @@ log = logging.getLogger("refkernel")
 
 PROTOCOL_VERSION = 1
 TERSE_TEXT = "done"
+# the hide-llm-error fault's answer: no verdict line, nothing that says the LLM failed
+HIDDEN_LLM_ERROR_TEXT = "I looked into it and everything is in order."
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -250,7 +252,9 @@ class Kernel:
         self.dedup = Dedup(settings.dedup_window)
         self.sessions = Sessions(settings.session_turns, settings.max_sessions)
         self.llm = LLMClient(settings.llm_url, settings.model, settings.llm_timeout, ignore_index=settings.has("ignore-stream-index"),
-                             api=settings.llm_api, api_key=settings.llm_api_key or "kstress", stream=settings.stream)
+                             api=settings.llm_api, api_key=settings.llm_api_key or "kstress", stream=settings.stream,
+                             retries=settings.llm_retries, honour_retry_after=settings.honour_retry_after,
+                             backoff=settings.llm_backoff, backoff_ms=settings.llm_backoff_ms, faults=settings.faults)
         self.residents = procs.Residents(settings.data_dir, settings.max_residents, leak=settings.has("leak-children"))
         self.media = procs.MediaWorker(settings.data_dir)
         self.tools = Toolbox(settings, self.residents, self.media, self.broadcast)
@@ -444,6 +448,9 @@ class Kernel:
             log.info("turn %r failed: %s: %s", job.id, exc.code, exc)
             if isinstance(exc, LLMError) and self.s.has("hide-error-frames"):
                 conn.send({"type": "response", "id": job.id, "text": ""})
+            elif isinstance(exc, LLMError) and self.s.has("hide-llm-error"):
+                # the fault: a plausible answer in place of the error, as a kernel with a "fallback reply" gives
+                conn.send({"type": "response", "id": job.id, "text": HIDDEN_LLM_ERROR_TEXT})
             else:
                 conn.error(job.id, exc.code, str(exc))
         except asyncio.CancelledError:

@@ -35,7 +35,22 @@ FAULTS: dict[str, str] = {
     "drop-answers": "keeps each turn's user message and tool exchanges in its session's history, not the model's final answer",
     "loop-drop-results": "sends only the latest step's tool exchange back: earlier steps of the turn are dropped",
     "loop-reuse-ids": "sends tool calls back under its own ids call_0, call_1, ... restarting at every step",
+    # issue 24: what the resilience grades must catch (docs/refkernel.md#llm-retries)
+    "ignore-retry-after": "retries an LLM request at once, whatever Retry-After / retry-after-ms said",
+    "retry-storm": "retries a failed LLM request with no wait at all, and 2N+2 times for --llm-retries N (2 when N is 0)",
+    "accept-truncated": "takes an LLM stream that ends (or breaks off) without its terminal event as a complete answer",
+    "hide-llm-error": "answers a turn whose LLM request failed (after any retries) with a normal response of made-up text",
 }
+
+# --llm-backoff: the wait before retry k (k = 0, 1, ...) when no Retry-After is honoured.
+BACKOFFS: dict[str, str] = {
+    "none": "retry at once",
+    "constant": "wait --llm-backoff-ms before every retry",
+    "exponential": "wait --llm-backoff-ms * 2^k, at most BACKOFF_MAX_S, less a random 0-25% (the openai SDK's formula)",
+}
+BACKOFF_MAX_S = 8.0  # the openai SDK's MAX_RETRY_DELAY
+RETRY_AFTER_MAX_S = 120.0  # the openai SDK's MAX_RETRY_AFTER_DELAY: a longer Retry-After ends the retries
+MAX_LLM_RETRIES = 10
 
 # How a tool batch is scheduled: each is the contract of some real framework
 # (docs/refkernel.md, /work/shared/research/frameworks.md). Not faults.
@@ -173,6 +188,11 @@ class KernelSettings:
     llm_api: str = "chat"
     llm_api_key: str | None = None  # None: a placeholder the mock accepts (a real API answers 401)
     stream: bool = True
+    # issue 24: 0 retries is the kernel as it always was (one request per step)
+    llm_retries: int = 0
+    honour_retry_after: bool = False
+    llm_backoff: str = "exponential"
+    llm_backoff_ms: int = 500
 
     def __post_init__(self) -> None:
         self._settle_listen()
@@ -221,6 +241,12 @@ class KernelSettings:
             "use a non-empty printable string of at most 4096 characters, or leave it out",
         )
         _rule(isinstance(self.stream, bool), "stream", self.stream, "use True or False")
+        _rule(_count(self.llm_retries) and 0 <= self.llm_retries <= MAX_LLM_RETRIES, "llm_retries", self.llm_retries,
+              f"use 0 (no retries, the default) to {MAX_LLM_RETRIES} retries of a failed LLM request")
+        _rule(isinstance(self.honour_retry_after, bool), "honour_retry_after", self.honour_retry_after, "use True or False")
+        _rule(self.llm_backoff in BACKOFFS, "llm_backoff", self.llm_backoff, f"use one of {', '.join(BACKOFFS)}")
+        _rule(_count(self.llm_backoff_ms) and 0 <= self.llm_backoff_ms <= 60_000, "llm_backoff_ms", self.llm_backoff_ms,
+              "use 0 to 60000 milliseconds (the base wait of --llm-backoff)")
 
     def _check_kernel(self) -> None:
         """The kernel's own settings: its clients' token, its limits and

@@ -137,6 +137,10 @@ class _AnthropicStream(StreamParser):
         self.text.append(text)
         self.on_delta(text)
 
+    def assume_complete(self) -> None:
+        self.done = True
+        self.pending.clear()
+
     def end(self) -> Reply:
         if not self.done:
             after = f" (it had sent stop_reason {self.stop_reason!r})" if self.stop_reason else ""

@@ -80,6 +80,10 @@ class StreamParser:
     def end(self) -> Reply:
         raise NotImplementedError
 
+    def assume_complete(self) -> None:
+        """The ``accept-truncated`` fault: act as if the terminal event had come."""
+        raise NotImplementedError
+
 
 class Dialect:
     name: str

@@ -133,6 +133,9 @@ class _ChatStream(StreamParser):
                 self.reply.finish_reason = choice["finish_reason"]
         return False
 
+    def assume_complete(self) -> None:
+        self.done = True
+
     def end(self) -> Reply:
         # [DONE] may be missing (servers that just close): the finish chunk says the reply is whole
         if not self.done and self.reply.finish_reason is None:

@@ -184,6 +184,10 @@ class _ResponsesStream(StreamParser):
         self.text.append(text)
         self.on_delta(text)
 
+    def assume_complete(self) -> None:
+        self.status = self.status or "completed"
+        self.pending.clear()
+
     def end(self) -> Reply:
         if self.status is None:
             raise LLMError("the LLM stream ended before response.completed")

@@ -17,6 +17,10 @@ each turn does by what it sends:
     ``broken``   ... and the last call of every step with a ``key`` that is not a string (a tool error)
     ``fail``     HTTP 500 instead of a reply
     ``hold``     the turn's first request waits until the test calls ``release``
+    ``flaky=N``  the first N requests of step ``fstep=S`` (default 0) fail, then it answers (retry tests):
+    ``status=C``   ... with HTTP C (default 429), ``after=V`` / ``after_ms=V`` its Retry-After / retry-after-ms,
+    ``truncate``   ... or with the reply streamed without its terminal event(s), the connection closed cleanly,
+    ``stall=MS``   ... or with the reply's first two events, then MS of silence, then the rest
     ``#NONCE``   the turn's name: in every call id and argument of the turn
 
 The step a request is for is read from the request itself (the assistant
@@ -58,6 +62,13 @@ class Script:
     broken: bool = False
     fail: bool = False
     hold: bool = False
+    flaky: int = 0
+    fstep: int = 0
+    status: int = 429
+    after: str | None = None
+    after_ms: str | None = None
+    truncate: bool = False
+    stall: int = 0
 
     @classmethod
     def parse(cls, text: str) -> "Script":
@@ -65,7 +76,10 @@ class Script:
         opts = dict(w.split("=", 1) for w in words if "=" in w)
         nonces = [w[1:] for w in words if w.startswith("#") and len(w) > 1]
         return cls(nonce=nonces[-1] if nonces else "", steps=int(opts.get("loop", 0)), calls=int(opts.get("calls", 1)),
-                   writer="writer" in words, broken="broken" in words, fail="fail" in words, hold="hold" in words)
+                   writer="writer" in words, broken="broken" in words, fail="fail" in words, hold="hold" in words,
+                   flaky=int(opts.get("flaky", 0)), fstep=int(opts.get("fstep", 0)), status=int(opts.get("status", 429)),
+                   after=opts.get("after"), after_ms=opts.get("after_ms"), truncate="truncate" in words,
+                   stall=int(opts.get("stall", 0)))
 
     def call(self, step: int, i: int) -> dict[str, Any]:
         """Call i of step ``step`` (0-based), as the assistant message must carry it back."""
@@ -236,6 +250,8 @@ class FakeLLM:
         self.requests: list[Recorded] = []
         self.unreadable: list[str] = []  # why requests were answered 400
         self._holds: dict[str, asyncio.Event] = {}
+        self._closing = asyncio.Event()  # ends every stall at once
+        self._failed: dict[tuple[str, int], int] = {}  # (nonce, step) -> flaky failures served
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -261,6 +277,7 @@ class FakeLLM:
         await self.aclose()
 
     async def aclose(self) -> None:
+        self._closing.set()
         for ev in self._holds.values():
             ev.set()  # a held handler must not keep the cleanup waiting
         if self._runner is not None:
@@ -318,11 +335,45 @@ class FakeLLM:
         calls = script.calls_of(step) if step < script.steps else None
         events = {"chat": _chat_events, "anthropic": _anthropic_events, "responses": _responses_events}[dialect](
             body, calls, script.answer, script.nonce)
+        flaky = step == script.fstep and self._failed.get((script.nonce, step), 0) < script.flaky
+        if flaky:
+            self._failed[(script.nonce, step)] = self._failed.get((script.nonce, step), 0) + 1
+            if not (script.truncate or script.stall):
+                return _status(dialect, script)
+            if script.truncate:
+                events = [e for e in events if not any(t in e for t in _TERMINAL)]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        await resp.write(b"".join(events))
-        await resp.write_eof()
+        if flaky and script.stall:
+            await resp.write(b"".join(events[:2]))
+            try:
+                await asyncio.wait_for(self._closing.wait(), script.stall / 1000)
+            except asyncio.TimeoutError:
+                pass
+            events = events[2:]
+        try:
+            await resp.write(b"".join(events))
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the kernel gave up on a stalled stream and closed it
         return resp
+
+
+# what a truncated reply leaves out: chat's finish chunk, usage chunk and [DONE];
+# Anthropic's message_delta and message_stop; Responses' response.completed
+_TERMINAL = (b'"finish_reason":"stop"', b'"finish_reason":"tool_calls"', b'"usage":{"prompt_tokens"', b"data: [DONE]",
+             b"event: message_delta", b"event: message_stop", b"event: response.completed")
+
+
+def _status(dialect: str, script: Script) -> web.Response:
+    headers = {k: v for k, v in (("retry-after", script.after), ("retry-after-ms", script.after_ms)) if v is not None}
+    if dialect == "anthropic":
+        body: dict[str, Any] = {"type": "error", "error": {"type": "rate_limit_error" if script.status == 429 else "api_error",
+                                                           "message": f"flaky {script.status}"}}
+    else:
+        body = {"error": {"message": f"flaky {script.status}", "type": "rate_limit_error" if script.status == 429 else "server_error",
+                          "param": None, "code": None}}
+    return web.json_response(body, status=script.status, headers=headers)
 
 
 def _dumps(obj: Any) -> str:

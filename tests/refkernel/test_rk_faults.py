@@ -228,3 +228,76 @@ async def test_turn_loop_is_bounded(rk, api):
     assert turn.error_code == "max_steps", turn.frames[-1]
     assert "--max-steps" in turn.terminal["message"]
     assert k.mock.state.counters["requests"] == 3
+
+
+# --- the LLM retry faults (issue 24 item 4); the retries themselves: test_rk_retries.py ---
+
+
+def _gaps(llm, nonce: str) -> list[float]:
+    at = [r.at for r in llm.recorded_for(nonce)]
+    return [b - a for a, b in zip(at, at[1:])]
+
+
+async def test_fault_ignore_retry_after(llm, rk):
+    # the header asks for 30 s: an honouring kernel would wait past the turn's timeout; this one retries at once
+    k = await rk("--llm-retries", "2", "--honour-retry-after", "--fault", "ignore-retry-after", llm_url=llm.url + "/v1")
+    conn = await k.connect()
+    t, n = text(flaky=2, after="30")
+    turn = await conn.turn(t, timeout=20)
+    assert turn.kind == "response" and len(llm.recorded_for(n)) == 3, turn.frames
+    assert all(g < 30 for g in _gaps(llm, n))
+
+
+async def test_without_the_fault_the_same_header_is_waited_for(llm, rk):
+    # the counterpart of the test above: the honouring kernel has not retried when the fault's kernel is long done
+    k = await rk("--llm-retries", "2", "--honour-retry-after", llm_url=llm.url + "/v1")
+    conn = await k.connect()
+    t, n = text(flaky=2, after="30")
+    with pytest.raises(AssertionError):
+        await conn.turn(t, timeout=3)
+    assert len(llm.recorded_for(n)) == 1
+
+
+@pytest.mark.parametrize("retries, attempts", [(0, 3), (1, 5)])
+async def test_fault_retry_storm(llm, rk, retries, attempts):
+    k = await rk("--llm-retries", str(retries), "--llm-backoff", "constant", "--llm-backoff-ms", "60000",
+                 "--fault", "retry-storm", llm_url=llm.url + "/v1")
+    conn = await k.connect()
+    t, n = text(flaky=10, status=500)
+    turn = await conn.turn(t, timeout=20)  # a minute's backoff per retry, had it waited
+    assert turn.kind == "error" and len(llm.recorded_for(n)) == attempts, turn.frames
+
+
+async def test_fault_accept_truncated_with_the_fake(llm, rk, api):
+    k = await rk("--llm-api", api, "--fault", "accept-truncated", llm_url=llm.url + "/v1")
+    conn = await k.connect()
+    t, n = text(flaky=1, truncate=True)
+    turn = await conn.turn(t)
+    assert turn.kind == "response" and turn.text == f"answer {n} after 0 steps", turn.frames
+    assert len(llm.recorded_for(n)) == 1
+
+
+@pytest.mark.parametrize("fault", [None, "accept-truncated"])
+async def test_fault_accept_truncated_with_the_mock(rk, api, fault):
+    # the mock's !err:disconnect: a partial tool call, then the connection is closed mid-body
+    k = await rk("--llm-api", api, *(("--fault", fault) if fault else ()))
+    conn = await k.connect()
+    t, n = text_for("!err:disconnect")
+    turn = await conn.turn(t)
+    if fault is None:
+        assert turn.kind == "error" and turn.error_code == "llm_error", turn.frames
+        assert len(mock_requests(k, n)) == 1
+    else:  # the cut call was run as if whole, and the turn goes on to an answer with no verdict of a complete batch
+        assert turn.kind == "response", turn.frames
+        assert len(mock_requests(k, n)) >= 2
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+async def test_fault_hide_llm_error(rk, api, retries):
+    k = await rk("--llm-api", api, "--llm-retries", str(retries), "--llm-backoff", "none", "--fault", "hide-llm-error")
+    conn = await k.connect()
+    t, n = text_for("!err:500")
+    turn = await conn.turn(t)
+    assert turn.kind == "response" and turn.text and turn.verdict is None, turn.frames
+    assert len(mock_requests(k, n)) == 1 + retries
+    assert (await conn.stats())["failed"] == 1
