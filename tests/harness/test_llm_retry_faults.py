@@ -55,6 +55,7 @@ async def test_accept_truncated_turns_a_cut_stream_into_an_answer(kernel_factory
     assert r.exit_code == 0 and all(row["outcome"] == "error" for row in good), good
     r, bad, _ = await rows(kernel_factory, out_dir, "!err:disconnect:1", "--fault", "accept-truncated")
     assert r.exit_code == 1 and all(row["outcome"] == "response" for row in bad), bad
+    assert set(r.summary["failures"]) == {"missing_verdict"}, r.summary["failures"]
 
 
 async def test_hide_llm_error_answers_instead_of_failing(kernel_factory, out_dir):
