@@ -12,7 +12,8 @@ import pytest
 
 from refkernel.llm import _Resend, retry_after_seconds
 from rkfake import text
-from rkhelpers import run_kernel_cli
+from rkclient import text_for
+from rkhelpers import mock_requests, run_kernel_cli
 
 APIS = ("chat", "responses", "anthropic")
 
@@ -142,6 +143,19 @@ async def test_a_retried_step_does_not_run_its_tools_again(llm, rk):
     assert len(reqs) == 3 and reqs[1].body == reqs[2].body
     s = await conn.stats()
     assert s["executed"] == 1 and s["failed"] == 0
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("marker, attempts", [("!err:disconnect", 3), ("!err:503", 3), ("!err:midstream", 1), ("!err:malformed", 1)])
+async def test_the_mock_faults_retried_and_not(rk, api, marker, attempts):
+    # a lost connection and an overload are retried; an error event inside a 200 stream and a malformed one are not
+    k = await rk("--llm-api", api, "--llm-retries", "2", "--llm-backoff", "none")
+    conn = await k.connect()
+    t, n = text_for(marker)
+    turn = await conn.turn(t)
+    assert turn.kind == "error" and turn.error_code == "llm_error", turn.frames
+    assert len(mock_requests(k, n)) == attempts
+    assert ("(attempt 3 of 3)" in turn.terminal["message"]) == (attempts == 3), turn.terminal
 
 
 # --- bad flags, and the pieces ------------------------------------------------------------
