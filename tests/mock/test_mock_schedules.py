@@ -11,6 +11,8 @@ import time
 from typing import Any, AsyncIterator
 
 import aiohttp
+import anthropic
+import openai
 import pytest
 
 from mock import ConfigError, MockServer, MockSettings
@@ -385,3 +387,42 @@ async def test_no_rate_limit_by_default(mock, session) -> None:
     for k in range(5):
         status, _, _ = await _post(session, mock, "chat", first_body("chat", compose(None, f"nl{k}"), True))
         assert status == 200
+
+
+# --- the SDKs' own retries against a schedule -------------------------------------------
+
+
+def _oa(m, retries: int) -> openai.OpenAI:
+    return openai.OpenAI(base_url=m.url + "/v1", api_key="kst-test", max_retries=retries, timeout=20.0)
+
+
+def _an(m, retries: int) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=m.url, api_key="kst-test", max_retries=retries, timeout=20.0)
+
+
+def _gaps(records: list[dict[str, Any]]) -> list[float]:
+    """Each retry's wait: from the last byte of an attempt to the next's arrival."""
+    return [b["arrival"] - a["last_byte"] for a, b in zip(records, records[1:])]
+
+
+def test_openai_sdk_retries_honour_the_retry_after(mock_server) -> None:
+    text = compose("!flaky:429x2", "sdk-oa")
+    with _oa(mock_server, 0) as c, pytest.raises(openai.RateLimitError):
+        c.chat.completions.create(model="kst-test", messages=[{"role": "user", "content": compose("!flaky:429x1", "sdk-oa0")}])
+    with _oa(mock_server, 2) as c:  # the SDK's default
+        out = c.chat.completions.create(model="kst-test", messages=[{"role": "user", "content": text}])
+    assert "KST nonce=sdk-oa plan=text ok" in out.choices[0].message.content
+    records = mock_server.verdicts("sdk-oa")["sdk-oa"]["records"]
+    assert [(r["status"], r["fault"], r["retry_after"]) for r in records] == [(429, "429", 1), (429, "429", 1), (200, None, None)]
+    assert all(g >= 0.95 for g in _gaps(records)), _gaps(records)  # it waited the second it was told
+
+
+def test_anthropic_sdk_retries_an_overload(mock_server) -> None:
+    with _an(mock_server, 0) as c, pytest.raises(anthropic.OverloadedError):
+        c.messages.create(model="kst-test", max_tokens=64, messages=[{"role": "user", "content": compose("!flaky:529x1", "sdk-an0")}])
+    with _an(mock_server, 1) as c:
+        out = c.messages.create(model="kst-test", max_tokens=64, messages=[{"role": "user", "content": compose("!flaky:529x1:ra=1", "sdk-an")}])
+    assert "KST nonce=sdk-an plan=text ok" in out.content[0].text
+    records = mock_server.verdicts("sdk-an")["sdk-an"]["records"]
+    assert [(r["status"], r["fault"]) for r in records] == [(529, "529"), (200, None)]
+    assert _gaps(records)[0] >= 0.95
