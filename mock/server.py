@@ -601,6 +601,8 @@ async def _faulty_reply(
     resp = web.StreamResponse(status=200, headers=hdrs)
     try:
         await resp.prepare(request)
+        if settings.ttft_ms:
+            await asyncio.sleep(settings.ttft_ms / 1000)
         if fault.kind == "truncate":
             # every event up to half, none of the terminal ones: no [DONE],
             # message_stop or response.completed, and the reply's end missing
