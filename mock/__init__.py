@@ -9,11 +9,12 @@ Public surface::
     MockSettings, MockServer, create_app     -- run it (imports aiohttp)
     Catalog, DEFAULT_CATALOG, load_catalog   -- map roles to a kernel's tools
     Script, load_script                      -- a fixed reply list instead of markers
-    markers                                  -- the grammar the harness shares
+    markers                                  -- the grammar the harness shares (fault schedules too)
+    faults                                   -- --rate-limit's parse_rate and TokenBucket, the Retry-After headers
     MockError, ConfigError, MarkerError
 
 Importing ``mock`` or its pure grammar modules (``mock.markers``,
-``mock.catalog``, ``mock.errors``) does not import aiohttp: the server is
+``mock.catalog``, ``mock.errors``, ``mock.faults``) does not import aiohttp: the server is
 loaded on first use of a name that needs it.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import markers
+from . import faults, markers
 from .catalog import DEFAULT_CATALOG, Catalog, load_catalog
 from .errors import ConfigError, MarkerError, MockError
 
@@ -43,6 +44,7 @@ __all__ = [
     "MockSettings",
     "Script",
     "create_app",
+    "faults",
     "load_catalog",
     "load_script",
     "markers",
