@@ -426,3 +426,19 @@ def test_anthropic_sdk_retries_an_overload(mock_server) -> None:
     records = mock_server.verdicts("sdk-an")["sdk-an"]["records"]
     assert [(r["status"], r["fault"]) for r in records] == [(529, "529"), (200, None)]
     assert _gaps(records)[0] >= 0.95
+
+
+def test_what_the_sdks_make_of_a_truncated_stream(mock_server) -> None:
+    """The claim in docs/mock.md: chat and Anthropic streams cut short pass the
+    SDKs silently (no finish/stop reason is the only sign), Responses' helper raises."""
+    with _oa(mock_server, 0) as oa:
+        chunks = list(oa.chat.completions.create(model="m", messages=[{"role": "user", "content": compose("!truncate", "sdk-t1")}], stream=True))
+        assert chunks and all(c.choices[0].finish_reason is None for c in chunks if c.choices)
+        assert "KST nonce=" not in "".join((c.choices[0].delta.content or "") for c in chunks if c.choices)
+        with oa.chat.completions.stream(model="m", messages=[{"role": "user", "content": compose("!truncate", "sdk-t2")}]) as s:
+            assert s.get_final_completion().choices[0].finish_reason is None
+        with pytest.raises(RuntimeError, match="response.completed"), oa.responses.stream(model="m", input=compose("!truncate", "sdk-t3")) as s:
+            s.get_final_response()
+    with _an(mock_server, 0) as an:
+        with an.messages.stream(model="m", max_tokens=64, messages=[{"role": "user", "content": compose("!truncate", "sdk-t4")}]) as s:
+            assert s.get_final_message().stop_reason is None
