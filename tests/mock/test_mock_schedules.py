@@ -22,6 +22,7 @@ from mock.faults import TokenBucket, parse_rate, retry_after_headers
 from mock.markers import DIALECTS, FAULT_MARKERS, build_plan, compose, parse_markers
 
 from mockhelpers import PATHS, first_body, followup_body
+from waiting import await_until
 
 # each dialect's terminal event: what !truncate must leave out and a whole stream has
 TERMINAL = {"chat": b"data: [DONE]", "anthropic": b"event: message_stop", "responses": b"event: response.completed"}
@@ -442,3 +443,28 @@ def test_what_the_sdks_make_of_a_truncated_stream(mock_server) -> None:
     with _an(mock_server, 0) as an:
         with an.messages.stream(model="m", max_tokens=64, messages=[{"role": "user", "content": compose("!truncate", "sdk-t4")}]) as s:
             assert s.get_final_message().stop_reason is None
+
+
+async def test_a_client_that_gives_up_on_a_stall_is_recorded(mock, session) -> None:
+    """A kernel's LLM timeout shorter than the stall: the mock records the
+    attempt as abandoned (499) with its first byte and no last byte, and
+    releases it at once; the retry gets the whole reply."""
+    nonce = "stgone"
+    text = compose("!stall:60000", nonce)
+    with pytest.raises(TimeoutError):
+        async with session.post(mock.url + PATHS["chat"], json=first_body("chat", text, True), timeout=aiohttp.ClientTimeout(sock_read=0.5)) as r:
+            assert r.status == 200
+            await r.read()
+
+    async def abandoned() -> bool:
+        e = await _entry(session, mock, nonce)
+        return e["records"][0]["status"] == 499
+
+    await await_until(abandoned, 20, "the stalled attempt recorded as abandoned (499)")
+    async with session.get(mock.url + "/_mock/stats") as r:
+        assert (await r.json())["inflight"] <= 1  # this stats request only
+    status, _, body = await _post(session, mock, "chat", first_body("chat", text, True))
+    assert status == 200 and TERMINAL["chat"] in body
+    first, second = (await _entry(session, mock, nonce))["records"]
+    assert (first["fault"], first["last_byte"], second["fault"]) == ("stall", None, None)
+    assert first["first_byte"] is not None
