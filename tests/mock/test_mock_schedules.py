@@ -291,15 +291,14 @@ STALL_MS = 300
 async def test_stall_pauses_after_the_first_events_then_finishes(mock, session, dialect: str) -> None:
     nonce = f"st{dialect}"
     text = compose(f"!stall:{STALL_MS}", nonce)
+    t0 = time.monotonic()
     async with session.post(mock.url + PATHS[dialect], json=first_body(dialect, text, True)) as r:
         assert r.status == 200
-        first = await r.content.readany()  # the head is sent before the stall
-        t_first = time.monotonic()
-        rest = await r.read()
+        body = await r.read()
         t_end = time.monotonic()
-    body = first + rest
-    assert first.count(b"\n\n") >= 1 and first.count(b"\n\n") <= 2
-    assert t_end - t_first >= STALL_MS / 1000 * 0.95  # a lower bound only
+    # that the head went out before the pause is the mock's record below (first_byte
+    # .. last_byte): on a loaded box the client may read head and rest at once
+    assert t_end - t0 >= STALL_MS / 1000  # a lower bound only: the client's clock around the sleep
     assert TERMINAL[dialect] in body and f"KST nonce={nonce} plan=text ok" in _text(dialect, body)
     status, _, body = await _post(session, mock, dialect, first_body(dialect, text, True))
     assert status == 200 and TERMINAL[dialect] in body
@@ -316,7 +315,7 @@ async def test_stall_without_a_stream_delays_the_answer(mock, session, dialect: 
     nonce = f"sn{dialect}"
     t0 = time.monotonic()
     status, _, body = await _post(session, mock, dialect, first_body(dialect, compose(f"!stall:{STALL_MS}", nonce), False))
-    assert time.monotonic() - t0 >= STALL_MS / 1000 * 0.95
+    assert time.monotonic() - t0 >= STALL_MS / 1000  # a lower bound only
     assert status == 200 and f"KST nonce={nonce} plan=text ok" in json.dumps(json.loads(body))
 
 
