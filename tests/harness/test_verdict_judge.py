@@ -127,5 +127,5 @@ def test_to_json_has_every_field_of_the_verdict():
     v = TurnVerdict(input_id="i", nonce="n", marker="!batch2", plan="batch", passed=False, failures=("count 1/2",), outcome="response",
                     latency_s=0.1, first_frame_s=0.05, expected=2, got=1, errors=0, tool_ms=3, overlap=None, tool_span_ms=None)
     d = v.to_json()
-    assert list(d) == list(TurnVerdict._fields) and len(d) == 25
+    assert list(d) == list(TurnVerdict._fields) and len(d) == 27
     assert d == {**v._asdict(), "failures": ["count 1/2"]} and d["marker"] == "!batch2" and d["scheduled_s"] is None
