@@ -5,7 +5,7 @@ a failed turn's whole story (forensics). Uses the wire below it."""
 from .. import surface
 
 __all__, __getattr__ = surface(__name__, {
-    "cancel": ("CANCEL_BOUND_S", "cancel_window_s", "judge_cancel"),
+    "cancel": ("CANCEL_BOUND_S", "cancel_window_s", "judge_cancel", "ran_on"),
     "contract": ("CONTRACT_HELP", "Contract", "KEYS", "OTHER", "REFKERNEL", "from_json", "merged"),
     "forensics": ("Forensics", "entry_of", "story"),
     "mockjoin": ("MockJoin", "check_mock_address"),

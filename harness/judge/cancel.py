@@ -40,6 +40,12 @@ def cancel_window_s(plan: Plan, bound_s: float = CANCEL_BOUND_S) -> float:
     return bound_s + plan.serial_ms / 1000.0 + 0.25
 
 
+def ran_on(t_cancel: float, entry: dict[str, Any] | None, bound_s: float = CANCEL_BOUND_S) -> bool:
+    """An LLM request of the turn arrived past the bound: the verdict can be
+    given without watching the rest of the window."""
+    return any((r.get("arrival") or 0) > t_cancel + bound_s for r in (entry or {}).get("records") or ())
+
+
 def cancel_failures(t_cancel: float, entry: dict[str, Any] | None, bound_s: float, t_end: float) -> list[str]:
     """What the mock's record of the turn says against the cancel sent at
     ``t_cancel`` (monotonic seconds, the mock's clock too), watched until

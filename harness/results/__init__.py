@@ -8,7 +8,7 @@ from .. import surface
 __all__, __getattr__ = surface(__name__, {
     "comparison": ("CompareSpec", "Comparison", "RunPair", "SHAPE", "by_marker", "compare_runs", "final_line", "holm", "latency_rows", "load_span",
                    "passed_latency", "refusals", "render", "resource_rows", "sample_row", "throughput_row", "verdict_row", "write_output"),
-    "concurrency": ("FINDING", "SERIAL_RATIO", "achieved", "finding_text", "line", "serialised"),
+    "concurrency": ("FINDING", "SERIAL_RATIO", "achieved", "finding_text", "line", "serialised", "summary"),
     "htmlreport": ("render_html",),
     "observed": ("count_log", "count_records", "llm_api_checks", "not_checked", "observed_entry"),
     "promexport": ("LiveMetrics", "render_prom"),

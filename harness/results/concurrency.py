@@ -111,6 +111,15 @@ def serialised(c: dict[str, Any] | None) -> bool:
     return (fl.get("mean") or 0) >= MIN_IN_FLIGHT and c["ratio"] < SERIAL_RATIO and at["peak"] < SERIAL_RATIO * fl["peak"]
 
 
+def summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """``achieved`` with the finding's name set when the agent ran well under
+    what was in flight (stress's summary, each findmax stage)."""
+    c = achieved(rows)
+    if c is not None:
+        c["finding"] = FINDING if serialised(c) else None
+    return c
+
+
 def line(c: dict[str, Any] | None) -> str:
     """``concurrency achieved: 1.0 at the agent of 4.0 in flight (25%); peak 1 of 4``."""
     if not c:

@@ -40,7 +40,7 @@ from .state import SandboxState
 from .supervisor import require_running
 from .target import load_catalog_file, redact
 from ..judge.verdict import TurnVerdict, judge
-from ..judge.cancel import CANCEL_BOUND_S, cancel_window_s, judge_cancel
+from ..judge.cancel import cancel_window_s, judge_cancel, ran_on
 from ..wire.transport import Address, Dialer, parse_address
 from ..wire.agents import AGENT_PROTOCOLS, HttpAgentClient, agent_driver, check_agent_url, is_agent_protocol
 
@@ -429,8 +429,7 @@ class Target:
         while True:
             entry = await self.join.get(turn.nonce)
             now = time.monotonic()
-            late = any((r.get("arrival") or 0) > t_cancel + CANCEL_BOUND_S for r in (entry or {}).get("records") or ())
-            if late or now >= t_end:
+            if ran_on(t_cancel, entry) or now >= t_end:
                 return judge_cancel(turn, plan, entry, t_end=now)
             await asyncio.sleep(min(CANCEL_POLL_S, t_end - now))  # a window watched, bounded by t_end
 

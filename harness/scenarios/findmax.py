@@ -33,7 +33,8 @@ from ..errors import UsageError
 from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, md_code, md_text
 from ..results.comparison import CompareSpec
-from ..results.concurrency import FINDING, achieved, serialised
+from ..results.concurrency import FINDING
+from ..results.concurrency import summary as concurrency_summary
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario
 from ..load.shapes import DURATION_HELP, duration_parser
@@ -225,10 +226,7 @@ def judge_stage(rows: list[dict[str, Any]], stage: int, level: float, slos: Any,
     row["wrong_examples"] = {k: examples[k] for k in row["wrong"] if k in examples}
     # turns at the agent against turns in flight: a stage's level is what the
     # harness offered, this what the agent took (harness/results/concurrency.py)
-    c = achieved(rows)
-    if c is not None:
-        c["finding"] = FINDING if serialised(c) else None
-    row["concurrency"] = c
+    row["concurrency"] = concurrency_summary(rows)
     return row
 
 

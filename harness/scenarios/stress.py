@@ -25,10 +25,12 @@ from mock.errors import MarkerError
 from mock.markers import build_plan
 
 from ..wire.client import ConnError, KernelClient, new_nonce
+from ..judge.verdict import failure_name
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section, md_code, md_text
-from ..results.concurrency import FINDING, achieved, finding_text, serialised
+from ..results.concurrency import finding_text
+from ..results.concurrency import summary as concurrency_summary
 from ..results.concurrency import line as concurrency_line
 from ..results.comparison import SHAPE, CompareSpec, RunPair, latency_rows, load_span, resource_rows, throughput_row
 from ..results.rundir import Check
@@ -477,16 +479,6 @@ def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None =
     }
 
 
-def concurrency_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Turns at the agent against turns in flight over the measured rows
-    (harness/results/concurrency.py), with the finding's name when the agent
-    ran well under what was in flight."""
-    c = achieved(rows)
-    if c is not None:
-        c["finding"] = FINDING if serialised(c) else None
-    return c
-
-
 def concurrency_lines(s: dict[str, Any]) -> list[str]:
     """The report's lines: the run's (each kernel's when there are several), and the finding."""
     ks = [(k["name"], k.get("concurrency")) for k in s.get("kernels") or () if "concurrency" in k]
@@ -759,7 +751,7 @@ def cancel_summary(interrupts: list[dict[str, Any]]) -> dict[str, Any]:
     if not sent:
         return {}
     return {"cancels": {"sent": len(sent), "honoured": sum(1 for r in sent if r.get("passed")),
-                        "ignored": sum(1 for r in sent if str((r.get("failures") or [""])[0]).startswith("cancel_ignored")),
+                        "ignored": sum(1 for r in sent if failure_name(r) == "cancel_ignored"),
                         "answers": dict(Counter(str(r.get("cancel_answer")) for r in sent if r.get("cancel_answer") is not None))}}
 
 
