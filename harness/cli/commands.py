@@ -608,6 +608,18 @@ def main() -> None:
     main_with(None, "kstress")
 
 
+def _signal_inside(exc: BaseException) -> Interrupt | None:
+    """The Interrupt an exception was raised from, if any (its cause chain)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, Interrupt):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def main_with(argv: list[str] | None, prog_name: str, command: str | None = None) -> None:
     """Run the CLI, or one of its commands as if it were the program (a
     script's usage line then reads `stress.py [OPTIONS]`, not `stress.py
@@ -622,6 +634,10 @@ def main_with(argv: list[str] | None, prog_name: str, command: str | None = None
         # a signal before a run started, or a command without a run to write
         _fail(f"interrupted ({exc})" if isinstance(exc, Interrupt) else "interrupted", EXIT_INTERRUPTED)
     except Exception as exc:  # a bug in kstress: say so, keep the traceback
+        if _signal_inside(exc):
+            # a signal raised where Python wraps what is raised (a class's
+            # __set_name__ while a module imports: RuntimeError from Interrupt)
+            _fail(f"interrupted ({_signal_inside(exc)})", EXIT_INTERRUPTED)
         import traceback
 
         traceback.print_exc()

@@ -139,3 +139,21 @@ def test_a_core_check_that_did_not_run_is_no_pass_and_yields_to_findings():
     assert verdict_of([bad, not_run], held) == (False, 1)
     assert not_run.to_json() == {"name": "core", "passed": False, "detail": "why", "ran": False} and "ran" not in ok.to_json()
     assert verdict({"status": "completed", "passed": False, "exit_code": 6}) == "INCOMPLETE (exit 6)"
+
+
+def test_a_signal_wrapped_by_python_during_an_import_is_still_an_interrupt():
+    """A Ctrl-C landing in a dataclass's __set_name__ while stress.py imports
+    reaches the CLI as RuntimeError from Interrupt (CI: exit 4, "internal
+    error"); it is exit 130 like any signal before a run."""
+    from harness.cli.commands import _signal_inside
+    from harness.cli.edge import Interrupt
+
+    sig = Interrupt(2)
+    try:
+        try:
+            raise sig
+        except Interrupt as e:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from e
+    except RuntimeError as wrapped:
+        assert _signal_inside(wrapped) is sig
+    assert _signal_inside(ValueError("a bug")) is None
