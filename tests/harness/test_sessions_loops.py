@@ -149,6 +149,10 @@ async def test_turn_anatomy_adds_up_and_a_kernel_delay_lands_in_overhead(kernel_
         assert abs(a["overhead_s"] - (row["latency_s"] - a["llm_s"] - a["tool_s"])) < 1e-5
     delayed = await anatomy("--delay-ms", "300")
     med = lambda rows, k: sorted(r["anatomy"][k] for r in rows)[len(rows) // 2]  # noqa: E731
-    assert med(delayed, "overhead_s") - med(plain, "overhead_s") >= 0.29
+    # The 300 ms sleep is a floor, so the delayed side is tested against it and
+    # the plain side against a ceiling far below it. A difference of medians
+    # carried the plain run's noise (0.0318 on a loaded CI, 0.2891 < 0.29).
     assert med(delayed, "pre_llm_s") >= 0.3
+    assert med(delayed, "overhead_s") >= med(delayed, "pre_llm_s") >= 0.3
+    assert med(plain, "overhead_s") < 0.15
     assert abs(med(delayed, "llm_s") - med(plain, "llm_s")) < 0.05 and abs(med(delayed, "tool_s") - med(plain, "tool_s")) < 0.05
