@@ -213,10 +213,18 @@ def main(argv: list[str] | None = None) -> int:
                 pass
         _report({"ok": False, "stage": f.stage, "errno": f.errno, "error": f.error})
         return 1
+    # From the ok report on, the owner may SIGTERM us at once (it is told our
+    # pid there). A SIGTERM that lands before _watch is remembered, not
+    # ignored: CI once sent it between the report and the handler, and the
+    # sandboxed process outlived the guardian's "cleanup".
+    early: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: early.append(signum))
     _report({"ok": True, "pid": os.getpid(), "net_inode": net_inode, "user_inode": user_inode, "links": links})
     _detach_stdio()
-    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        if early:
+            raise _Stop()
         reason = _watch(owner_fd, watch=not args.no_watch)
     except _Stop:
         reason = "SIGTERM"
