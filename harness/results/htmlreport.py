@@ -338,11 +338,101 @@ def session_turns(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], 
     return fig
 
 
+# an attempt's colour by the fault the mock served it (its record's "fault")
+FAULT_STYLE: dict[str, tuple[str, str]] = {
+    "reply": ("tab:green", "normal reply"),
+    "429": ("tab:orange", "429 / rate limit"),
+    "rate_limit": ("tab:orange", "429 / rate limit"),
+    "500": ("tab:red", "5xx / 529"),
+    "503": ("tab:red", "5xx / 529"),
+    "529": ("tab:red", "5xx / 529"),
+    "reset": ("black", "connection reset"),
+    "stall": ("tab:purple", "stall (line: until it ended)"),
+    "truncate": ("tab:brown", "truncated stream"),
+}
+
+
+def _fault_style(fault: Any) -> tuple[str, str]:
+    if fault is None:
+        return FAULT_STYLE["reply"]
+    f = str(fault)
+    if f in FAULT_STYLE:
+        return FAULT_STYLE[f]
+    if len(f) == 3 and f.startswith("5") and f.isdigit():
+        return FAULT_STYLE["500"]
+    return ("tab:gray", "other fault")
+
+
+def attempt_timeline(Figure: Any, doc: dict[str, Any], rows: list[dict[str, Any]], ctx: dict[str, Any]) -> Any:
+    """One lane per fault class's example turn: every attempt the mock saw, the
+    Retry-After it was given as a light bar from the attempt's end (a retry
+    inside the bar came early), and when the client got its answer. The
+    timeline comes from the mock's records and the kernel's reply, so a value
+    may be missing: a lane draws what it has rather than costing the chart."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    tl = (doc.get("summary") or {}).get("timeline")
+    if doc.get("scenario") != "resilience" or not isinstance(tl, list):
+        return None
+    examples = [e for e in tl if isinstance(e, dict)]
+    if not examples:
+        return None
+    fig = Figure(figsize=(8, 1.4 + 0.55 * len(examples)))
+    ax = fig.subplots()
+    seen: dict[str, str] = {}  # legend label -> colour, in the order first drawn
+    bars = client = followup = False
+    labels = []
+    for y, ex in enumerate(examples):
+        marker = str(ex.get("marker") or "")
+        labels.append(f"{ex.get('class') or '?'}" + (f"\n{marker[:48]}" if marker else ""))
+        attempts = [a for a in ex.get("attempts") or () if isinstance(a, dict)] if isinstance(ex.get("attempts"), list) else []
+        for a in attempts:
+            color, label = _fault_style(a.get("fault"))
+            t, end, ra = a.get("t_s"), a.get("end_s"), a.get("retry_after_s")
+            if _num(end) and _num(ra) and ra > 0:
+                ax.barh(y, ra, left=end, height=0.4, color="tab:orange", alpha=0.2, lw=0, zorder=1)
+                bars = True
+            if not _num(t):
+                continue
+            if a.get("fault") == "stall" and _num(end) and end > t:
+                ax.plot([t, end], [y, y], color=color, lw=2, zorder=2)
+            # a follow-up call (the turn's next LLM call after a recovered one) is hollow: not a retry
+            ax.scatter([t], [y], s=36, marker="o", zorder=3, edgecolors=color,
+                       facecolors="none" if a.get("followup") else color, linewidths=1.4)
+            seen.setdefault(label, color)
+            followup = followup or bool(a.get("followup"))
+        c = ex.get("client")
+        if isinstance(c, dict) and _num(c.get("t_s")):
+            ax.scatter([c["t_s"]], [y], s=110, marker="*", color="tab:blue", edgecolors="black", linewidths=0.5, zorder=4)
+            outs = [str(o) for o in ex.get("outcomes") or () if o] if isinstance(ex.get("outcomes"), list) else []
+            text = str(c.get("outcome") or "?") + (f" ({', '.join(outs)})" if outs else "")
+            ax.annotate(text, (c["t_s"], y), xytext=(7, 5), textcoords="offset points", fontsize=7, parse_math=False, zorder=5)
+            client = True
+    # kernels' and users' words ($ in a marker) are text, never mathtext
+    ax.set_yticks(range(len(examples)), labels, parse_math=False)
+    ax.set_ylim(len(examples) - 0.5, -0.5)  # the first example on top
+    lo, hi = ax.get_xlim()
+    ax.set_xlim(min(0.0, lo), hi + 0.15 * (hi - min(0.0, lo)))  # room for the last lane's outcome label
+    ax.set_xlabel("s since the example's first attempt reached the mock")
+    handles = [Line2D([], [], ls="", marker="o", color=c, label=lb) for lb, c in seen.items()]
+    if followup:
+        handles.append(Line2D([], [], ls="", marker="o", color="0.3", markerfacecolor="none", label="hollow: a follow-up call"))
+    if bars:
+        handles.append(Patch(color="tab:orange", alpha=0.2, label="Retry-After given"))
+    if client:
+        handles.append(Line2D([], [], ls="", marker="*", markersize=10, color="tab:blue", markeredgecolor="black", label="client's answer (outcome)"))
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
 Chart = Callable[[Any, dict[str, Any], list[dict[str, Any]], dict[str, Any]], Any]
 CHARTS: list[tuple[str, str, Chart]] = [
     ("findmax-stages", "find-max: throughput and p95 by level", findmax_stages),
     ("abtest-speedup", "Speedup vs N, with the ideal line and 95% confidence intervals", abtest_speedup),
     ("cmp-distributions", "OLD and NEW: turn latency per dimension", cmp_distributions),
+    ("attempt-timeline", "Resilience: each fault class's attempts over time (light bar: the Retry-After given; star: the client's answer)", attempt_timeline),
     ("latency-over-time", "Latency over time, per marker (failed turns: red x; stage boundaries dashed)", latency_over_time),
     ("latency-cdf", "Latency distribution (CDF) per marker", latency_cdf),
     ("inflight-throughput", "Turns in flight and passed turns per second", inflight_throughput),
