@@ -45,7 +45,8 @@ class MockState:
     # !loop64:64 plan is 4,096 calls); bounded by the calls held, oldest dropped
     loop_plans: collections.OrderedDict[str, Plan] = field(default_factory=collections.OrderedDict)
     loop_plan_calls: int = 0
-    # --rate-limit's token bucket (mock/faults.py), None without one
+    # the rate limit's token bucket (mock/faults.py): --rate-limit's, or the one
+    # POST /_mock/rate_limit set at run time; None without one
     bucket: Any = None
 
     def reset(self) -> None:

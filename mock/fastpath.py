@@ -59,7 +59,9 @@ _decode = json.JSONDecoder().decode
 def _fast_events(dialect: Dialect, raw: bytes, path: str, settings: MockSettings, state: MockState) -> tuple[Exchange, list[bytes]] | None:
     """The exchange and events of a request the fast path can answer, or None
     (nothing recorded: aiohttp's handler serves it from the start)."""
-    if settings.script is not None or settings.chunk_delay_ms or settings.ttft_ms:
+    # state.bucket: a rate limit (--rate-limit or set at run time by POST
+    # /_mock/rate_limit) -- every request must take a token (server._scheduled)
+    if settings.script is not None or settings.chunk_delay_ms or settings.ttft_ms or state.bucket is not None:
         return None
     try:
         turn = dialect.read(_decode(raw.decode()))

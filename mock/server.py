@@ -527,7 +527,7 @@ def _scheduled(request: web.Request, dialect: Dialect, state: MockState, ex: Exc
             headers = retry_after_headers(wait)
             if record is not None:
                 record += ("rate_limit", float(headers["retry-after-ms"]) / 1000)
-            msg = f"kstress mock: rate limit of {bucket.rate:g} requests/s reached (--rate-limit); retry after {wait:.3f} s"
+            msg = f"kstress mock: rate limit of {bucket.rate:g} requests/s reached (--rate-limit or /_mock/rate_limit); retry after {wait:.3f} s"
             return _respond(state, ex, 429, dialect.schedule_error(429, msg), headers)
     fault = plan.fault
     if fault is None:
@@ -822,6 +822,38 @@ async def mock_reset(request: web.Request) -> web.Response:
     return web.json_response({"reset": True})
 
 
+async def mock_rate_limit(request: web.Request) -> web.Response:
+    """The provider-wide rate limit, read (GET) or set at run time (POST
+    {"rate": N} or {"rate": null}): a harness measures a kernel's request rate
+    first, then sets the limit below it (issue 24 item 3)."""
+    state = request.app[STATE_KEY]
+    if request.method == "POST":
+        fix = f'send {{"rate": N}} with N requests per second above 0 and at most {RATE_MAX:.0f}, or {{"rate": null}} for no limit'
+        try:
+            body = json.loads(await request.read())
+        except ValueError as exc:
+            return _json_error(400, f"the body is not valid JSON ({exc}); {fix}")
+        except RecursionError:
+            return _json_error(400, f"the body nests too deeply to read; {fix}")
+        if not isinstance(body, dict) or set(body) != {"rate"}:
+            return _json_error(400, f"the body is {_clip(body)}: it must be a JSON object with the one key 'rate'; {fix}", param="rate")
+        rate = body["rate"]
+        # bool is an int to Python; NaN and Infinity (json.loads reads both) fail the range
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= RATE_MAX):
+            return _json_error(400, f"rate={_clip(rate)} is invalid; {fix}", param="rate")
+        # a fresh bucket, full: the new limit starts from its own burst, not
+        # from what an earlier limit had left. Swapped in one assignment: a
+        # request reads state.bucket once (_scheduled), the fast path per request
+        state.bucket = None if rate is None else TokenBucket(float(rate), time.monotonic())
+    bucket = state.bucket
+    return web.json_response({"rate": None if bucket is None else bucket.rate})
+
+
+def _clip(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 async def not_found(request: web.Request) -> web.Response:
     served = ", ".join(f"POST {d.paths[0]}" for d in BY_NAME.values())
     return _json_error(404, f"no route {request.method} {request.path}; the mock serves {served}")
@@ -850,6 +882,8 @@ def create_app(settings: MockSettings | None = None) -> web.Application:
     app.router.add_get("/_mock/verdicts", mock_verdicts)
     app.router.add_post("/_mock/verdicts", mock_verdicts)
     app.router.add_post("/_mock/reset", mock_reset)
+    app.router.add_get("/_mock/rate_limit", mock_rate_limit)
+    app.router.add_post("/_mock/rate_limit", mock_rate_limit)
     # last, so it only sees what no route above matched: an OpenAI-style 404
     # instead of aiohttp's plain-text one
     app.router.add_route("*", "/{tail:.*}", not_found)
@@ -877,10 +911,10 @@ class _Runner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        # under a rate limit every request takes a token: aiohttp's handler
-        # serves them all (_serve), so the fast path's requests pay nothing for it
-        if self._app[SETTINGS_KEY].rate_limit is None:
-            fastpath.serve_fast(server, self._app[SETTINGS_KEY], self._app[STATE_KEY])
+        # installed even under --rate-limit: POST /_mock/rate_limit can lift
+        # the limit at run time; while one is set the fast path hands every
+        # request to aiohttp's handler (fastpath._fast_events), which takes a token
+        fastpath.serve_fast(server, self._app[SETTINGS_KEY], self._app[STATE_KEY])
         return server
 
 
