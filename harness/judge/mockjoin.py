@@ -14,10 +14,11 @@ batch over the sandbox's unix socket, not one per turn.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 
-from ..errors import UsageError
+from ..errors import InfraError, KstressError, UsageError
 
 QUERY_LIMIT = 10_000  # the mock's own limit per request
 TIMEOUT_S = 10.0
@@ -70,6 +71,44 @@ class MockJoin:
             session, self._session = self._session, None
             await session.close()
 
+    async def set_rate_limit(self, rate: float | None) -> None:
+        """Set the mock's provider-wide rate limit to ``rate`` requests/s (a
+        fresh token bucket, full), or lift it with None (issue 24 item 3:
+        ``POST /_mock/rate_limit``). Returns once the mock answers: every
+        request it reads after that is under the new limit.
+
+        Raises UsageError when the mock refuses the value (400: above 0 and at
+        most 1000000 is the rule; its message names the value and the fix),
+        InfraError when the mock cannot be asked or answers anything else (a
+        mock without the endpoint answers 404)."""
+        import aiohttp  # loaded by __aenter__ already
+
+        if self._session is None:
+            raise KstressError("MockJoin.set_rate_limit called outside 'async with MockJoin(...)': no session to the mock")
+        url = self._base + "/_mock/rate_limit"
+        try:
+            async with self._session.post(url, json={"rate": rate}) as r:
+                text = await r.text()
+                status = r.status
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise InfraError(
+                f"could not set the mock's rate limit to {rate!r} at {self.address} ({type(exc).__name__}: {exc}); "
+                "check that the mock is still running"
+            ) from None
+        if status == 400:
+            raise UsageError(f"the mock refused rate limit {rate!r}: {_message(text)}")
+        if status != 200:
+            raise InfraError(
+                f"setting the mock's rate limit to {rate!r} at {self.address} got HTTP {status}: {_message(text)}; "
+                "a mock without POST /_mock/rate_limit (older than issue 24) answers 404: run this kstress's mock"
+            )
+        try:
+            got = json.loads(text).get("rate")
+        except (ValueError, AttributeError):
+            got = ...
+        if got != rate:
+            raise InfraError(f"the mock answered {text[:200]!r} to rate limit {rate!r}: it should echo {{\"rate\": {json.dumps(rate)}}}")
+
     async def get(self, nonce: str) -> dict[str, Any] | None:
         """The mock's entry for ``nonce``; ``{"nonce": nonce, "absent": True}``
         when the mock has provably never seen it (it answered null and has
@@ -115,3 +154,11 @@ class MockJoin:
             for f in futs:
                 if not f.done():
                     f.set_result(entry)
+
+
+def _message(text: str) -> str:
+    """An error body's message (the mock answers OpenAI's error shape), else its first 200 characters."""
+    try:
+        return str(json.loads(text)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return text[:200]
