@@ -20,7 +20,7 @@ from .runner import RunResult, Scenario, all_checks, recompute, verdict_of
 from ..sandbox.sut import Access, Target
 from .options import CONNECT_TIMEOUT_S, flags_of
 from .runner import SOURCE
-from . import abtest, batch, cmp, findmax, hold, sessions, stress
+from . import abtest, batch, cmp, findmax, hold, resilience, sessions, stress
 from .abtest import AbtestSettings, run_abtest
 from .batch import BatchSettings, run_batch
 from .cmp import CmpSettings, run_cmp
@@ -28,7 +28,7 @@ from .hold import HoldSettings, run_hold
 from .sessions import SessionsSettings, run_sessions
 from .stress import StressSettings, run_stress
 
-REGISTRY: dict[str, Scenario] = {m.SCENARIO.name: m.SCENARIO for m in (stress, batch, abtest, cmp, hold, sessions, findmax)}
+REGISTRY: dict[str, Scenario] = {m.SCENARIO.name: m.SCENARIO for m in (stress, batch, abtest, cmp, hold, sessions, findmax, resilience)}
 # what `kstress compare` compares of each scenario's runs: its entry's own spec
 COMPARE = {name: sc.compare for name, sc in REGISTRY.items()}
 

@@ -233,11 +233,15 @@ class Run:
         self.t0 = time.monotonic()
         self.forensics = Forensics(rundir.path)
 
-    async def record(self, turn: Turn, target: Target, /, *, progress: bool = True, **labels: Any) -> TurnVerdict:
+    async def record(self, turn: Turn, target: Target, /, *, progress: bool = True, more: Callable[[Turn, TurnVerdict], Awaitable[dict[str, Any]]] | None = None,
+                     **labels: Any) -> TurnVerdict:
         """Judge one turn against the target's plan, write its row, count it.
         A turn that failed because the target or the mock just died is not
-        load: the run ends (TargetDied / MockDied) instead."""
+        load: the run ends (TargetDied / MockDied) instead. ``more`` adds a
+        scenario's own fields judged from the verdict (resilience's grade)."""
         v = await target.verdict(turn)
+        if more is not None:
+            labels.update(await more(turn, v))
         if not v.passed:
             if turn.error_code == "shutdown" and (target.launch is not None or target.target_pid is not None):
                 if await target.vanished(SHUTDOWN_EXIT_S):
