@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mock.errors import MarkerError
-from mock.markers import build_plan
+from mock.markers import build_plan, parse_markers
 
 from ..errors import UsageError
 from ..judge.contract import Contract
@@ -91,10 +91,11 @@ def _fault_of(marker: str) -> tuple[str, str | None, int | None]:
     """A fault marker's (kind, label, count), by the mock's own grammar: a
     bad one is a usage error naming the value, the rule and the fix."""
     try:
-        plan = build_plan(f"{marker} {PLAN}")
+        plan_marker, fault_marker_ = parse_markers(marker)
+        plan = build_plan(f"{marker} {PLAN}") if fault_marker_ is not None and plan_marker is None else None
     except MarkerError as exc:
         raise UsageError(f"--classes item {marker!r}: {exc}") from None
-    if plan.fault is None:
+    if plan is None or plan.fault is None:
         raise UsageError(f"--classes item {marker!r} is no fault marker: write !flaky:KINDxN[:ra=S], !stall:MS[xN] or !truncate "
                          f"(docs/markers.md), or a class name ({', '.join(CLASSES)})")
     f = plan.fault
