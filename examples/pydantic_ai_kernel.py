@@ -83,6 +83,7 @@ class Settings:
     sequential: bool
     max_steps: int
     llm_timeout_s: float
+    max_retries: int
     tool_timeout_s: float
     auth_timeout_s: float
 
@@ -283,10 +284,12 @@ async def notify(ctx: RunContext[TurnDeps], text: str) -> str:
 
 
 def make_agent(s: Settings) -> tuple[Agent[TurnDeps, str], AsyncOpenAI]:
-    # max_retries=0: the SDK's default 2 retries would turn the mock's `!err`
-    # (a 500) into a slow success and hide the fault. AsyncOpenAI reads
+    # max_retries=0 by default: the SDK's default 2 retries would turn the mock's
+    # `!err` (a 500) into a slow success and hide the fault. --max-retries 2 puts
+    # the SDK's own retry loop back, for measuring it against the mock's fault
+    # schedules (docs/resilience-pydantic-ai.md). AsyncOpenAI reads
     # OPENAI_BASE_URL and OPENAI_API_KEY from the environment.
-    client = AsyncOpenAI(max_retries=0, timeout=s.llm_timeout_s)
+    client = AsyncOpenAI(max_retries=s.max_retries, timeout=s.llm_timeout_s)
     provider = OpenAIProvider(openai_client=client)
     # Explicit model classes: the `openai:` string prefix means the Responses API.
     model_cls = OpenAIChatModel if s.llm_api == "chat" else OpenAIResponsesModel
@@ -596,7 +599,10 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     p.add_argument("--sequential", action="store_true",
                    help="Every tool call runs alone: pydantic-ai's parallel_execution_mode('sequential').")
     p.add_argument("--max-steps", type=int, default=8, help="LLM requests one turn may make. [default: 8]")
-    p.add_argument("--llm-timeout", type=float, default=30.0, help="Seconds one LLM request may take. [default: 30]")
+    p.add_argument("--llm-timeout", type=float, default=30.0,
+                   help="The openai client's timeout: seconds it waits for a connection, a response or the next bytes of a stream. [default: 30]")
+    p.add_argument("--max-retries", type=int, default=0,
+                   help="The openai client's max_retries: retries after the first attempt (the SDK's own default is 2). [default: 0]")
     p.add_argument("--tool-timeout", type=float, default=120.0, help="Seconds one shell command may take. [default: 120]")
     p.add_argument("--auth-timeout", type=float, default=10.0, help="Seconds a new connection has to authenticate. [default: 10]")
     a = p.parse_args(argv)
@@ -611,9 +617,13 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         p.error("OPENAI_API_KEY is not set (any value does for the mock)")
     if a.max_steps < 1:
         p.error("--max-steps must be at least 1")
+    if not 0 <= a.max_retries <= 100:
+        p.error(f"--max-retries {a.max_retries} is out of range: give a whole number from 0 to 100 (the SDK's default is 2)")
+    if not a.llm_timeout > 0:
+        p.error(f"--llm-timeout {a.llm_timeout:g} must be above 0 seconds (the SDK's default is 600)")
     return Settings(
         socket=a.socket.absolute(), data_dir=a.data_dir.absolute(), token=token, model=a.model, llm_api=a.llm_api,
-        sequential=a.sequential, max_steps=a.max_steps, llm_timeout_s=a.llm_timeout, tool_timeout_s=a.tool_timeout,
+        sequential=a.sequential, max_steps=a.max_steps, llm_timeout_s=a.llm_timeout, max_retries=a.max_retries, tool_timeout_s=a.tool_timeout,
         auth_timeout_s=a.auth_timeout,
     )
 

@@ -197,6 +197,41 @@ def test_llm_faults_end_the_turn_once_without_retries(tmp_path):
     assert {t["nonce"]: per_nonce.get(t["nonce"]) for t in turns} == {t["nonce"]: 1 for t in turns}
 
 
+@pytest.mark.timeout(300)
+def test_max_retries_flag_reaches_the_sdk_and_the_default_stays_zero(tmp_path):
+    """--max-retries N is the openai client's max_retries (issue 24 item 5); without
+    it the bridge still makes one attempt. `!flaky:500x1` fails only attempt 1."""
+    kst = Kst(tmp_path)
+    mix = ("--no-dedup-probe", "--conns", "1", "--inputs", "2", "--mix", "!flaky:500x1 !batch2:1")
+
+    def attempts(run: Path) -> dict[str, list]:
+        per_nonce: dict[str, list] = {}
+        for req in rows(run, "mock.jsonl"):
+            if not req.get("followup"):
+                per_nonce.setdefault(req["nonce"], []).append(req.get("fault"))
+        return per_nonce
+
+    r, run = kst.scenario("stress", "--launch", "--target", str(TARGET), *mix, "--", "--max-retries", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    turns = rows(run)
+    assert len(turns) == 2 and all(t["passed"] and t["outcome"] == "response" for t in turns), turns
+    # the SDK retried the 500 once, and the retry got the batch
+    assert {t["nonce"]: attempts(run)[t["nonce"]] for t in turns} == {t["nonce"]: ["500", None] for t in turns}
+
+    r, run = kst.scenario("stress", "--launch", "--target", str(TARGET), *mix)
+    turns = rows(run)
+    assert len(turns) == 2 and {t["error_code"] for t in turns} == {"llm_error"}, r.stdout + r.stderr
+    assert {t["nonce"]: attempts(run)[t["nonce"]] for t in turns} == {t["nonce"]: ["500"] for t in turns}
+
+
+@pytest.mark.timeout(90)
+def test_a_bad_max_retries_is_refused_by_name():
+    env = dict(os.environ, KERNEL_TOKEN="t", OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="k")
+    r = subprocess.run([str(BRIDGE), "--socket", "/nonexistent/s", "--max-retries", "-1"], env=env,
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "--max-retries -1 is out of range" in r.stderr, r.stderr
+
+
 @pytest.mark.timeout(240)
 def test_responses_api(tmp_path):
     r, run = Kst(tmp_path).scenario(
