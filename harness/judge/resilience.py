@@ -34,9 +34,12 @@ from .contract import Contract
 # A retry this soon after a failure is no wait at all, whatever was declared.
 STORM_GAP_S = 0.005
 # A retry earlier than its Retry-After by more than this ignored it. The mock
-# stamps the failure's last byte before the kernel reads it, so the gap it
-# sees is, if anything, longer than the kernel's wait.
-RETRY_AFTER_TOLERANCE_S = 0.05
+# stamps the failure's last byte before the kernel can read it, so the gap it
+# sees is never shorter than a kernel's whole wait: the tolerance is only the
+# timers' and the rounding's (retry-after-ms is whole milliseconds, rounded
+# up). It must stay small: under --rate-limit a Retry-After is a few ms.
+RETRY_AFTER_TOLERANCE_S = 0.002
+RETRY_AFTER_TOLERANCE = 0.01  # and 1% of a long one
 # A declared backoff waits at least this: the openai SDK's least is 0.375 s.
 MIN_BACKOFF_S = 0.05
 # Exponential waits grow by at least this factor from one retry to the next
@@ -68,6 +71,23 @@ def _end(r: dict[str, Any]) -> float:
     """When the attempt's failure reached the kernel's socket (a reset sends
     nothing: its arrival)."""
     return r.get("last_byte") or r.get("first_byte") or r["arrival"]
+
+
+def _ra_floor(ra: float) -> float:
+    return ra * (1 - RETRY_AFTER_TOLERANCE) - RETRY_AFTER_TOLERANCE_S
+
+
+def _chains(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The records as requests: a failed attempt and the attempts after it
+    of the same kind (first request or follow-up) are one request's retries."""
+    chains: list[list[dict[str, Any]]] = []
+    for r in records:
+        c = chains[-1] if chains else None
+        if c is not None and _failed(c[-1]) and bool(c[-1].get("followup")) == bool(r.get("followup")):
+            c.append(r)
+        else:
+            chains.append([r])
+    return chains
 
 
 def timeline(entry: dict[str, Any] | None, t_client: float | None = None, outcome: str | None = None) -> dict[str, Any]:
@@ -108,39 +128,49 @@ def grade(
     schedule = (entry or {}).get("schedule") or None
     records = [r for r in (entry or {}).get("records") or () if isinstance(r.get("arrival"), (int, float))]
     broken: list[str] = []
+    if schedule is None and any(r.get("fault") == "rate_limit" for r in records):
+        # the provider-wide limit (--rate-limit): no count is known, so a kernel
+        # owes every retry it declares before it may give up
+        schedule = {"kind": "rate_limit", "count": None}
     if schedule is None or not records:
         why = "the mock never saw this input" if not records else "the mock has no fault schedule for it"
         return {"outcomes": ["ungraded"], "broken": [], "attempts": len(records), "retries": 0, "note": why}
 
     kind = schedule.get("kind")
     count = schedule.get("count")
-    first = [r for r in records if not r.get("followup")]
-    n_attempts = len(first)
-    retries = max(0, n_attempts - 1)
-    came_through = any(not _failed(r) for r in first)
+    chains = _chains(records)
+    last = chains[-1]
+    came_through = not _failed(last[-1])
+    # the request the client's answer hangs on: the one that came through, or
+    # the one that never did
+    n_attempts = len(last) if not came_through else len(chains[0])
+    retries = max(len(c) - 1 for c in chains)
     r_max = contract.retries
 
     if retries > r_max:
-        broken.append(f"retry_storm ({retries} retries of the first LLM request; the contract allows {r_max})")
-    gaps = [(prev, nxt["arrival"] - _end(prev)) for prev, nxt in zip(first, first[1:])]
-    storm = [g for _, g in gaps if g < STORM_GAP_S]
+        broken.append(f"retry_storm ({retries} retries of one LLM request; the contract allows {r_max})")
+    gaps = [(prev, nxt["arrival"] - _end(prev)) for c in chains for prev, nxt in zip(c, c[1:])]
+    # a wait a Retry-After asked for is no storm, however short (the rate
+    # limit's is the few ms to its next token)
+    storm = [g for p, g in gaps if g < STORM_GAP_S and (p.get("retry_after") is None or g < _ra_floor(p["retry_after"]))]
     if storm and contract.backoff != "none" and not broken:
         broken.append(f"retry_storm (a retry {min(storm) * 1000:.1f} ms after its failure; the contract declares backoff={contract.backoff})")
     if contract.retry_after:
-        early = [(p.get("retry_after"), g) for p, g in gaps if p.get("retry_after") is not None and g < p["retry_after"] - RETRY_AFTER_TOLERANCE_S]
+        early = [(p.get("retry_after"), g) for p, g in gaps if p.get("retry_after") is not None and g < _ra_floor(p["retry_after"])]
         if early:
             ra, g = early[0]
             broken.append(f"retry_after_ignored (a retry {g:.3f} s after a failure whose Retry-After said {ra:g} s)")
     if contract.backoff != "none":
-        own = [g for p, g in gaps if p.get("retry_after") is None or not contract.retry_after]
-        if any(g < MIN_BACKOFF_S for g in own):
-            broken.append(f"no_backoff (a retry {min(own) * 1000:.1f} ms after a failure no Retry-After covered; "
+        own = [[nxt["arrival"] - _end(p) for p, nxt in zip(c, c[1:]) if p.get("retry_after") is None or not contract.retry_after] for c in chains]
+        flat = [g for c in own for g in c]
+        if any(g < MIN_BACKOFF_S for g in flat):
+            broken.append(f"no_backoff (a retry {min(flat) * 1000:.1f} ms after a failure no Retry-After covered; "
                           f"the contract declares backoff={contract.backoff})")
-        elif contract.backoff == "exponential" and any(b < a * BACKOFF_GROWTH for a, b in zip(own, own[1:])):
-            broken.append(f"no_backoff (waits {', '.join(f'{g:.3f}' for g in own)} s do not grow; the contract declares backoff=exponential)")
+        elif contract.backoff == "exponential" and (c := next((c for c in own if any(b < a * BACKOFF_GROWTH for a, b in zip(c, c[1:]))), None)):
+            broken.append(f"no_backoff (waits {', '.join(f'{g:.3f}' for g in c)} s do not grow; the contract declares backoff=exponential)")
 
     if kind == "stall":
-        s = first[0]
+        s = records[0]
         limit = contract.llm_timeout + STALL_SLACK_S
         stalled = (schedule.get("stall_ms") or 0) / 1000
         start = s.get("first_byte") or s["arrival"]

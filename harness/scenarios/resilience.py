@@ -24,6 +24,8 @@ from ..errors import UsageError
 from ..judge.contract import Contract
 from ..judge.resilience import BREAKS, KEEPS, STALL_SLACK_S, expected, grade, stall_ms, timeline
 from ..judge.verdict import TurnVerdict
+from ..load.shapes import DURATION_HELP, duration_parser
+from ..results.stats import summarize
 from ..results.report import checks_section, fmt_ms, header, md_code, md_text
 from ..results.rundir import Check
 from ..sandbox.sut import Access, Target
@@ -62,6 +64,10 @@ class ResilienceSettings:
     rounds: int = opt(2, "--rounds", int, "Turns per fault class.")
     conns: int = opt(2, "--conns", int, "Connections each class's turns run on at once.")
     stall_max_s: float = opt(30.0, "--stall-max", float, "Longest stall to give a stream (seconds); a longer llm_timeout leaves the stall class not run.")
+    load_s: float = opt(10.0, "--load", str, "Each of the two load phases' length (" + DURATION_HELP + "; 0: no load phase): the kernel's "
+                        "throughput unlimited, then under a provider-wide rate limit at half its LLM request rate.",
+                        parse=duration_parser("--load"), shown="10s")
+    load_conns: int = opt(8, "--load-conns", int, "Connections of the load phases.")
     timeout_s: float = opt(60.0, "--timeout", float, "Seconds one turn may take (the stall class adds its stall).")
     connect_timeout_s: float = connect_opt()
     out: Path = out_opt()
@@ -85,6 +91,10 @@ class ResilienceSettings:
             raise UsageError(f"--conns {self.conns} is invalid: use 1 to 64")
         if isinstance(self.stall_max_s, bool) or not 1 <= self.stall_max_s <= 3600:
             raise UsageError(f"--stall-max {self.stall_max_s!r} is invalid: use 1 to 3600 seconds")
+        if not 0 <= self.load_s <= 3600:
+            raise UsageError(f"--load {self.load_s:g} s is invalid: use 0 (no load phase) to 1h, e.g. --load 10s")
+        if not 1 <= self.load_conns <= 1024:
+            raise UsageError(f"--load-conns {self.load_conns} is invalid: use 1 to 1024")
 
 
 def _fault_of(marker: str) -> tuple[str, str | None, int | None]:
@@ -146,6 +156,8 @@ async def run_resilience(settings: ResilienceSettings, access: Access) -> RunRes
             labels = {"kind": "resilience", "fault_class": cls, "fault_marker": marker, "fault_kind": kind,
                       "expect": expected(contract, kind, count)}
             await _class_turns(run, target, contract, f"{marker} {PLAN}", settings, timeout, labels)
+        if settings.load_s > 0:
+            await _load_phases(run, target, contract, settings)
 
     total = settings.rounds * len(settings.classes)
     return await run_scenario(SCENARIO, settings, [target], body, total=total)
@@ -187,6 +199,74 @@ async def _class_turns(run: Run, target: Target, contract: Contract, text: str, 
             tg.create_task(conn())
 
 
+LOAD_TURNS_MAX = 100_000  # per connection and phase: a load loop is bounded in count as well as time
+
+
+async def _load_phases(run: Run, target: Target, contract: Contract, settings: ResilienceSettings) -> None:
+    """The kernel's own pace first (no limit), then the provider-wide rate
+    limit at half the LLM request rate it reached: offered twice what the
+    provider allows, does it retry as declared, tell its clients, keep up?"""
+    assert target.join is not None
+    base = await _closed_loop(run, target, contract, settings, "load_base")
+    requests = sum((r.get("anatomy") or {}).get("requests") or 2 for r in base if r.get("passed"))
+    rate = requests / settings.load_s / 2
+    run.extras["load"] = {"request_rate": requests / settings.load_s, "rate_limit": rate if rate > 0 else None}
+    if rate <= 0:
+        run.extras["load"]["why"] = "no turn passed in the unlimited phase, so there is no request rate to halve"
+        return
+    await target.join.set_rate_limit(rate)
+    try:
+        await _closed_loop(run, target, contract, settings, "load_limited")
+    finally:
+        await target.join.set_rate_limit(None)
+
+
+async def _closed_loop(run: Run, target: Target, contract: Contract, settings: ResilienceSettings, kind: str) -> list[dict[str, Any]]:
+    """``load_conns`` connections sending `!batch2` back to back for ``load_s``."""
+    end = asyncio.get_running_loop().time() + settings.load_s
+    first = len(run.rows)
+
+    async def graded(turn: Turn, v: TurnVerdict) -> dict[str, Any]:
+        entry = await target.join.get(turn.nonce) if target.join is not None else None
+        return {"grade": grade(contract, entry, outcome=turn.outcome, passed=v.passed, failure=v.failures[0] if v.failures else None,
+                               t_client=turn.t_done)}
+
+    async def conn(i: int) -> None:
+        client = None
+        try:
+            for seq in range(LOAD_TURNS_MAX):
+                if asyncio.get_running_loop().time() >= end:
+                    break
+                run.check_alive()
+                if client is None or not client.connected:
+                    if client is not None:
+                        await client.aclose()
+                    try:
+                        client = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
+                    except ConnError as exc:
+                        client = None
+                        await run.record_failure(PLAN, exc, target, kind=kind, conn=i, seq=seq)
+                        continue
+                turn = await client.turn(PLAN, settings.timeout_s)
+                await run.record(turn, target, more=graded if kind == "load_limited" else None, kind=kind, conn=i, seq=seq)
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    async with asyncio.TaskGroup() as tg:
+        for i in range(settings.load_conns):
+            tg.create_task(conn(i))
+    return run.rows[first:]
+
+
+def _phase(rows: list[dict[str, Any]], seconds: float | None) -> dict[str, Any]:
+    ok = [r for r in rows if r.get("passed")]
+    lat = summarize([r["latency_s"] for r in ok if isinstance(r.get("latency_s"), (int, float))], (50, 95))
+    errors = Counter(r.get("error_code") or "?" for r in rows if r.get("outcome") == "error")
+    return {"turns": len(rows), "passed": len(ok), "throughput": len(ok) / seconds if seconds else None, "p50_s": lat["p50"], "p95_s": lat["p95"],
+            "errors": dict(errors), "no_answer": sum(1 for r in rows if r.get("outcome") not in ("response", "error"))}
+
+
 def summarize_resilience(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
     classes: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -220,6 +300,21 @@ def summarize_resilience(rows: list[dict[str, Any]], settings: dict[str, Any], e
         examples.append({"class": cls, "marker": rs[0].get("fault_marker"), "nonce": ex.get("nonce"), "attempts": tl.get("attempts") or [],
                          "client": tl.get("client") or {}, "outcomes": (ex.get("grade") or {}).get("outcomes") or []})
     graded = [r for r in rows if r.get("kind") == "resilience"]
+    load = None
+    base, limited = [r for r in rows if r.get("kind") == "load_base"], [r for r in rows if r.get("kind") == "load_limited"]
+    if base:
+        seconds = settings.get("load_s") or None
+        lim = _phase(limited, seconds)
+        outcomes: Counter[str] = Counter()
+        broke: Counter[str] = Counter()
+        for r in limited:
+            g = r.get("grade") or {}
+            outcomes.update(g.get("outcomes") or ())
+            broke.update(b.split(" ", 1)[0] for b in g.get("broken") or ())
+        lim.update(outcomes=dict(outcomes), broken=dict(broke),
+                   example=next((b for r in limited for b in (r.get("grade") or {}).get("broken") or ()), None),
+                   rate_limited=sum(1 for r in limited if "ungraded" not in ((r.get("grade") or {}).get("outcomes") or ["ungraded"])))
+        load = {**(extras.get("load") or {}), "seconds": seconds, "conns": settings.get("load_conns"), "base": _phase(base, seconds), "limited": lim}
     return {
         "attempted": len(graded),
         "broken_turns": sum(1 for r in graded if (r.get("grade") or {}).get("broken")),
@@ -227,6 +322,7 @@ def summarize_resilience(rows: list[dict[str, Any]], settings: dict[str, Any], e
         "classes": table,
         "timeline": examples,
         "skipped": extras.get("skipped") or [],
+        "load": load,
         "contract": extras.get("contract"),
     }
 
@@ -246,6 +342,17 @@ def resilience_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check
                         f"{ungraded} turn(s) the mock has no record of" if ungraded else "all"))
     for sk in s.get("skipped") or ():
         checks.append(Check(f"fault class {sk['class']} ran", False, f"not run: {sk['why']}", ran=False))
+    load = s.get("load")
+    if load is not None:
+        name = "under a rate limit at half its request rate, the kernel kept the declared contract"
+        lim = load.get("limited") or {}
+        if not load.get("rate_limit"):
+            checks.append(Check(name, False, f"not run: {load.get('why') or 'no rate limit was set'}", ran=False))
+        else:
+            bad = lim.get("broken") or {}
+            checks.append(Check(name, not bad and lim.get("turns", 0) > 0,
+                                f"{', '.join(f'{k} x{v}' for k, v in bad.items())} — e.g. {lim.get('example')}" if bad
+                                else f"{lim.get('rate_limited', 0)} of {lim.get('turns', 0)} turns met the limit; none broke the contract"))
     return checks
 
 
@@ -270,6 +377,27 @@ def render_resilience(doc: dict[str, Any], s: dict[str, Any]) -> str:
     for sk in s.get("skipped") or ():
         out.append(f"| {sk['class']} | {md_code(sk['marker'])} | - | 0 | not run | - | - | - |")
     out += ["", f"Outcomes that keep the contract: {', '.join(KEEPS)}; that break it: {', '.join(BREAKS)} (docs/resilience.md).", ""]
+    load = s.get("load")
+    if load is not None:
+        b, lim = load.get("base") or {}, load.get("limited") or {}
+        rl = load.get("rate_limit")
+        out += ["## Under a provider-wide rate limit", "",
+                f"{load.get('conns')} connections sending `{PLAN}` back to back for {load.get('seconds'):g} s, first unlimited, then with the mock "
+                f"refusing past {f'{rl:.1f}' if rl else '-'} requests/s (half the {load.get('request_rate') or 0:.1f}/s the kernel reached) "
+                f"with 429 and the wait in Retry-After.", "",
+                "| phase | turns | passed | throughput | p50 | p95 | errors to the client | no answer |",
+                "|---|---:|---:|---:|---:|---:|---|---:|"]
+        for name, ph in (("unlimited", b), ("rate-limited", lim)):
+            if not ph:
+                continue
+            errs = ", ".join(f"{k} x{v}" for k, v in (ph.get("errors") or {}).items()) or "-"
+            tp = f"{ph['throughput']:.1f}/s" if isinstance(ph.get("throughput"), (int, float)) else "-"
+            out.append(f"| {name} | {ph.get('turns')} | {ph.get('passed')} | {tp} | {fmt_ms(ph.get('p50_s'))} | {fmt_ms(ph.get('p95_s'))} | "
+                       f"{md_text(errs)} | {ph.get('no_answer')} |")
+        if lim:
+            outs = ", ".join(f"{k} x{v}" for k, v in (lim.get("outcomes") or {}).items()) or "-"
+            out += ["", f"Grades of the rate-limited turns: {md_text(outs)}."]
+        out.append("")
     if s.get("timeline"):
         out += ["## Attempt timelines (one example per class)", "",
                 "Seconds from the first attempt's arrival at the mock; `ra` is the Retry-After that attempt's answer said.", ""]

@@ -15,7 +15,8 @@ SDK = ("--contract", "retries=2", "--contract", "retry_after=true", "--contract"
 
 
 def resilience(cli, *args: str, timeout: float = 240):
-    r = cli.run("resilience", "--launch", "--quiet", "--out", str(cli.out), *args, timeout=timeout)
+    load = () if "--load" in args else ("--load", "0")  # the load phase has its own test
+    r = cli.run("resilience", "--launch", "--quiet", "--out", str(cli.out), *load, *args, timeout=timeout)
     run = sorted(p for p in cli.out.iterdir() if p.name.startswith("resilience-"))[-1] if cli.out.exists() else None
     doc = json.loads((run / "run.json").read_text()) if run else {}
     return r, doc
@@ -38,6 +39,9 @@ def test_the_reference_kernel_retrying_as_declared_passes_every_grade(cli):
     assert [x["fault"] for x in a[:3]] == ["429", "429", None] and a[0]["retry_after_s"] == 1
     assert a[1]["t_s"] - a[0]["end_s"] >= 0.95 and a[2]["t_s"] - a[1]["end_s"] >= 0.95
     assert "## Attempt timelines" in r.stdout and "PASS every fault class kept the declared contract" in r.stdout
+    run = sorted(p for p in cli.out.iterdir() if p.name.startswith("resilience-"))[-1]
+    html = (run / "report.html").read_text()
+    assert html.count('data-chart="attempt-timeline"') == 1 and "could not be drawn" not in html
 
 
 @pytest.mark.parametrize("kernel,classes,name", [
@@ -86,3 +90,19 @@ def test_bad_grammar_in_a_fault_marker_or_a_contract_key_is_exit_2(cli, args, sa
     assert r.returncode == 2, r.stdout + r.stderr
     assert said in r.stderr, r.stderr
     assert not cli.out.exists() or not any(cli.out.iterdir())  # refused before any run directory
+
+
+def test_under_a_rate_limit_at_half_its_pace_a_kernel_retrying_as_declared_keeps_its_contract(cli):
+    """The load phase: the kernel's own pace, then the mock refusing past half
+    the LLM request rate it reached (429 with the exact wait in retry-after-ms):
+    turns meet the limit, retry as declared, and those that run out of retries
+    end in a clear error, none in silence."""
+    r, doc = resilience(cli, *GOOD, *SDK, "--classes", "529", "--load", "3s", "--load-conns", "4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    load = doc["summary"]["load"]
+    base, lim = load["base"], load["limited"]
+    assert base["passed"] == base["turns"] > 0 and load["rate_limit"] == pytest.approx(load["request_rate"] / 2)
+    assert lim["rate_limited"] > 0 and not lim["broken"] and lim["no_answer"] == 0, lim
+    assert set(lim["outcomes"]) <= {"ungraded", "recovered", "gave_up"}, lim["outcomes"]
+    assert "PASS under a rate limit at half its request rate, the kernel kept the declared contract" in r.stdout
+    assert "## Under a provider-wide rate limit" in r.stdout

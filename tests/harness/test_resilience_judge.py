@@ -48,7 +48,7 @@ def test_backoff_waits_must_exist_and_exponential_ones_must_grow():
 def test_more_retries_than_declared_or_a_retry_within_5_ms_is_a_storm():
     many = entry("flaky", "500", 3, *(rec(i * 0.002, "500", 500) for i in range(3)), rec(0.006), rec(0.007, followup=True))
     g = grade(Contract(retries=2, backoff="none"), many, outcome="response", passed=True)
-    assert names(g) == {"retry_storm"} and "3 retries of the first LLM request; the contract allows 2" in g["broken"][0]
+    assert names(g) == {"retry_storm"} and "3 retries of one LLM request; the contract allows 2" in g["broken"][0]
     quick = entry("flaky", "529", 1, rec(0, "529", 529), rec(0.003), rec(0.004, followup=True))
     assert "retry_storm" in names(grade(SDK, quick, outcome="response", passed=True))
 
@@ -91,3 +91,19 @@ def test_a_turn_the_mock_has_no_schedule_for_is_ungraded_and_the_timeline_is_rel
     assert names(grade(SDK, None, outcome="response", passed=True)) == {"ungraded"}
     tl = timeline(entry("flaky", "429", 1, rec(10, "429", 429, 1), rec(11.01)), t_client=11.5, outcome="response")
     assert [a["t_s"] for a in tl["attempts"]] == [0.0, 1.01] and tl["attempts"][0]["retry_after_s"] == 1 and tl["client"]["t_s"] == 1.5
+
+
+def test_the_provider_wide_rate_limit_is_graded_per_request_follow_ups_too():
+    """--rate-limit refuses any request, a follow-up as well: each request's
+    retries are held to the contract, and no count being known, a kernel owes
+    every retry it declares before it gives up."""
+    plain = {"schedule": None, "records": [rec(0), rec(0.01, "rate_limit", 429, 0.5, followup=True), rec(0.52, followup=True)]}
+    g = grade(SDK, plain, outcome="response", passed=True)
+    assert names(g) == {"recovered"} and g["retries"] == 1, g
+    early = {"schedule": None, "records": [rec(0), rec(0.01, "rate_limit", 429, 0.5, followup=True), rec(0.1, followup=True)]}
+    assert names(grade(SDK, early, outcome="response", passed=True)) == {"retry_after_ignored"}
+    gave = {"schedule": None, "records": [rec(0, "rate_limit", 429, 0.5)]}
+    assert names(grade(SDK, gave, outcome="error", passed=False)) == {"gave_up_early"}
+    assert names(grade(Contract(retries=0), gave, outcome="error", passed=False)) == {"gave_up"}
+    # no refusal at all: nothing to grade
+    assert names(grade(SDK, {"schedule": None, "records": [rec(0), rec(0.1, followup=True)]}, outcome="response", passed=True)) == {"ungraded"}
