@@ -408,3 +408,24 @@ def test_abtest_of_the_sequential_launch_is_about_1x(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:]
     [row] = json.loads((run / "run.json").read_text())["summary"]["rows"]
     assert row["valid"] and 0.8 < row["speedup"] < 1.25 and row["overlap_concurrent"] == 1, row
+
+
+@pytest.mark.timeout(300)
+def test_kstress_resilience_grades_the_openai_sdk_right(tmp_path):
+    """Issue 24 acceptance: a kernel on the openai SDK with max_retries=2 keeps
+    a retries=2 contract and honours Retry-After (its attempt timeline shows the
+    waits); the same kernel with max_retries=0 under that contract fails by name."""
+    kst = Kst(tmp_path)
+    r, run = kst.scenario("resilience", "--launch", "--target", str(EXAMPLES / "pydantic-ai-resilience.toml"), "--classes", "429,exhausted", "--load", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads((run / "run.json").read_text())["summary"]
+    assert {t["class"]: set(t["outcomes"]) for t in s["classes"]} == {"429": {"recovered"}, "exhausted": {"gave_up"}}, s["classes"]
+    a = next(e for e in s["timeline"] if e["class"] == "429")["attempts"]
+    assert [x["fault"] for x in a[:3]] == ["429", "429", None], a
+    assert all(a[i + 1]["t_s"] - a[i]["end_s"] >= a[i]["retry_after_s"] for i in range(2)), a  # waited what Retry-After said
+
+    r, run = kst.scenario("resilience", "--launch", "--target", str(EXAMPLES / "pydantic-ai-retries0.toml"), "--classes", "429", "--load", "0")
+    assert r.returncode == 1, r.stdout + r.stderr
+    s = json.loads((run / "run.json").read_text())["summary"]
+    assert s["classes"][0]["broken"] == {"gave_up_early": 2}, s["classes"]
+    assert "gave_up_early (an error to the client after 1 attempt(s); the contract promises 2 retries" in r.stdout
