@@ -595,14 +595,9 @@ async def _faulty_reply(
     # cut on SSE event boundaries, whatever runs of events a dialect joined
     body = b"".join(dialect.stream(reply, turn, model, coalesce=True))
     events = body.split(b"\n\n")[:-1]
-    hdrs = {"Content-Type": dialect.content_type, "Cache-Control": "no-cache"}
-    if headers:
-        hdrs.update(headers)
-    resp = web.StreamResponse(status=200, headers=hdrs)
+    resp = _stream_response(dialect, headers)
     try:
-        await resp.prepare(request)
-        if settings.ttft_ms:
-            await asyncio.sleep(settings.ttft_ms / 1000)
+        await _stream_start(resp, request, settings)
         if fault.kind == "truncate":
             # every event up to half, none of the terminal ones: no [DONE],
             # message_stop or response.completed, and the reply's end missing
@@ -679,6 +674,21 @@ async def _scripted(
     return await _reply(request, dialect, settings, state, ex, turn, model, reply)
 
 
+def _stream_response(dialect: Dialect, headers: dict[str, str] | None) -> web.StreamResponse:
+    """An SSE response in the dialect's content type, with any fault headers."""
+    hdrs = {"Content-Type": dialect.content_type, "Cache-Control": "no-cache"}
+    if headers:
+        hdrs.update(headers)
+    return web.StreamResponse(status=200, headers=hdrs)
+
+
+async def _stream_start(resp: web.StreamResponse, request: web.Request, settings: MockSettings) -> None:
+    """Send the head, then wait the time to first token (--ttft-ms)."""
+    await resp.prepare(request)
+    if settings.ttft_ms:
+        await asyncio.sleep(settings.ttft_ms / 1000)
+
+
 async def _send(
     request: web.Request,
     events: list[bytes],
@@ -690,14 +700,9 @@ async def _send(
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     """Stream ``events``, committing the exchange right before the last write."""
-    hdrs = {"Content-Type": dialect.content_type, "Cache-Control": "no-cache"}
-    if headers:
-        hdrs.update(headers)
-    resp = web.StreamResponse(status=200, headers=hdrs)
+    resp = _stream_response(dialect, headers)
     try:
-        await resp.prepare(request)
-        if settings.ttft_ms:
-            await asyncio.sleep(settings.ttft_ms / 1000)
+        await _stream_start(resp, request, settings)
         if fault and wire.CUT in events:
             head = events[: events.index(wire.CUT)]
             state.counters["disconnects_injected"] += 1
