@@ -42,6 +42,10 @@ def test_the_reference_kernel_retrying_as_declared_passes_every_grade(cli):
     run = sorted(p for p in cli.out.iterdir() if p.name.startswith("resilience-"))[-1]
     html = (run / "report.html").read_text()
     assert html.count('data-chart="attempt-timeline"') == 1 and "could not be drawn" not in html
+    # `kstress report` recomputes the same table and timelines from turns.jsonl
+    rep = cli.run("report", str(run))
+    table = lambda text: [line for line in text.splitlines() if line.startswith(("| ", "- **"))]  # noqa: E731
+    assert rep.returncode == 0 and table(rep.stdout) == table(r.stdout) and table(r.stdout), rep.stdout + rep.stderr
 
 
 @pytest.mark.parametrize("kernel,classes,name", [
@@ -106,3 +110,15 @@ def test_under_a_rate_limit_at_half_its_pace_a_kernel_retrying_as_declared_keeps
     assert set(lim["outcomes"]) <= {"ungraded", "recovered", "gave_up"}, lim["outcomes"]
     assert "PASS under a rate limit at half its request rate, the kernel kept the declared contract" in r.stdout
     assert "## Under a provider-wide rate limit" in r.stdout
+
+
+@pytest.mark.parametrize("api", ["anthropic", "responses"])
+def test_the_grades_hold_on_every_dialect(cli, api):
+    """The fault schedules and the grades on Anthropic Messages and the
+    Responses API too: a 429 retried after its Retry-After recovers, a cut
+    stream (no message_stop / response.completed) taken as whole is named."""
+    r, doc = resilience(cli, "--llm-api", api, *GOOD, "--arg=--fault", "--arg=accept-truncated", *SDK, "--classes", "429,truncate")
+    assert r.returncode == 1, r.stdout + r.stderr
+    got = {t["class"]: (set(t["outcomes"]), set(t["broken"])) for t in doc["summary"]["classes"]}
+    assert got == {"429": ({"recovered"}, set()), "truncate": ({"truncated_accepted"}, {"truncated_accepted"})}, got
+    assert f"llm_api={api}: every one of" in r.stdout
