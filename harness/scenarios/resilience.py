@@ -15,7 +15,7 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from mock.errors import MarkerError
 from mock.markers import build_plan, parse_markers
@@ -29,9 +29,10 @@ from ..results.stats import summarize
 from ..results.report import checks_section, fmt_ms, header, md_code, md_text
 from ..results.rundir import Check
 from ..sandbox.sut import Access, Target
-from ..wire.client import ConnError, Turn
+from ..wire.client import Turn
 from .options import check_timeouts, connect_opt, opt, out_opt, quiet_opt, threshold_opt
 from .runner import Run, RunResult, Scenario, run_scenario
+from .seq import Sequential
 
 PLAN = "!batch2"  # the tool turn each fault rides on: its verdict proves the retry's tools ran
 CLASSES = ("429", "529", "500", "503", "reset", "stall", "truncate", "exhausted")
@@ -163,36 +164,35 @@ async def run_resilience(settings: ResilienceSettings, access: Access) -> RunRes
     return await run_scenario(SCENARIO, settings, [target], body, total=total)
 
 
+def _grader(target: Target, contract: Contract, with_timeline: bool) -> Callable[[Turn, TurnVerdict], Awaitable[dict[str, Any]]]:
+    """Run.record's ``more``: the turn's grade from the mock's record of its
+    attempts (and, for the classes, the attempt timeline the report shows)."""
+
+    async def graded(turn: Turn, v: TurnVerdict) -> dict[str, Any]:
+        entry = await target.join.get(turn.nonce) if target.join is not None else None
+        out: dict[str, Any] = {"grade": grade(contract, entry, outcome=turn.outcome, passed=v.passed,
+                                              failure=v.failures[0] if v.failures else None, t_client=turn.t_done)}
+        if with_timeline:
+            out["timeline"] = timeline(entry, turn.t_done, turn.outcome)
+        return out
+
+    return graded
+
+
 async def _class_turns(run: Run, target: Target, contract: Contract, text: str, settings: ResilienceSettings, timeout: float,
                        labels: dict[str, Any]) -> None:
     """``rounds`` turns of one class over up to ``conns`` connections at once."""
     todo = list(range(settings.rounds))
 
-    async def graded(turn: Turn, v: TurnVerdict) -> dict[str, Any]:
-        entry = await target.join.get(turn.nonce) if target.join is not None else None
-        g = grade(contract, entry, outcome=turn.outcome, passed=v.passed, failure=v.failures[0] if v.failures else None, t_client=turn.t_done)
-        return {"grade": g, "timeline": timeline(entry, turn.t_done, turn.outcome)}
+    graded = _grader(target, contract, with_timeline=True)
 
     async def conn() -> None:
-        client = None
+        seq = Sequential(run, target, timeout, settings.connect_timeout_s)
         try:
             while todo:
-                rnd = todo.pop(0)
-                run.check_alive()
-                if client is None or not client.connected:
-                    if client is not None:
-                        await client.aclose()
-                    try:
-                        client = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
-                    except ConnError as exc:
-                        client = None
-                        await run.record_failure(text, exc, target, round=rnd, **labels)
-                        continue
-                turn = await client.turn(text, timeout)
-                await run.record(turn, target, more=graded, round=rnd, **labels)
+                await seq.turn(text, more=graded, round=todo.pop(0), **labels)
         finally:
-            if client is not None:
-                await client.aclose()
+            await seq.aclose()
 
     async with asyncio.TaskGroup() as tg:
         for _ in range(min(settings.conns, settings.rounds)):
@@ -226,32 +226,17 @@ async def _closed_loop(run: Run, target: Target, contract: Contract, settings: R
     end = asyncio.get_running_loop().time() + settings.load_s
     first = len(run.rows)
 
-    async def graded(turn: Turn, v: TurnVerdict) -> dict[str, Any]:
-        entry = await target.join.get(turn.nonce) if target.join is not None else None
-        return {"grade": grade(contract, entry, outcome=turn.outcome, passed=v.passed, failure=v.failures[0] if v.failures else None,
-                               t_client=turn.t_done)}
+    graded = _grader(target, contract, with_timeline=False)
 
     async def conn(i: int) -> None:
-        client = None
+        seq = Sequential(run, target, settings.timeout_s, settings.connect_timeout_s)
         try:
-            for seq in range(LOAD_TURNS_MAX):
+            for n in range(LOAD_TURNS_MAX):
                 if asyncio.get_running_loop().time() >= end:
                     break
-                run.check_alive()
-                if client is None or not client.connected:
-                    if client is not None:
-                        await client.aclose()
-                    try:
-                        client = await target.client(connect_timeout_s=settings.connect_timeout_s).connect()
-                    except ConnError as exc:
-                        client = None
-                        await run.record_failure(PLAN, exc, target, kind=kind, conn=i, seq=seq)
-                        continue
-                turn = await client.turn(PLAN, settings.timeout_s)
-                await run.record(turn, target, more=graded if kind == "load_limited" else None, kind=kind, conn=i, seq=seq)
+                await seq.turn(PLAN, more=graded if kind == "load_limited" else None, kind=kind, conn=i, seq=n)
         finally:
-            if client is not None:
-                await client.aclose()
+            await seq.aclose()
 
     async with asyncio.TaskGroup() as tg:
         for i in range(settings.load_conns):

@@ -19,7 +19,8 @@ class Sequential:
         self.connect_timeout_s = connect_timeout_s
         self.client: KernelClient | None = None
 
-    async def turn(self, marker: str, **labels: Any) -> TurnVerdict:
+    async def turn(self, marker: str, *, more: Any = None, **labels: Any) -> TurnVerdict:
+        """One turn, recorded with ``labels`` (and ``more``: Run.record's)."""
         self.run.check_alive()
         if self.client is None or not self.client.connected:
             if self.client is not None:
@@ -30,7 +31,7 @@ class Sequential:
                 self.client = None
                 return await self.run.record_failure(marker, exc, self.target, **labels)
         turn = await self.client.turn(marker, self.timeout_s)
-        return await self.run.record(turn, self.target, **labels)
+        return await self.run.record(turn, self.target, more=more, **labels)
 
     async def aclose(self) -> None:
         if self.client is not None:
