@@ -12,6 +12,7 @@ generator (coordinated omission).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import random
 import re
@@ -198,6 +199,11 @@ class Load:
         self.markers = [m for m, _ in self.mix]
         # cumulative once: choices() with plain weights re-accumulates them per call
         self.cum_weights = list(itertools.accumulate(w for _, w in self.mix))
+        # what rng.choices(markers, cum_weights=...) computes per call, less its
+        # per-call checks (parse_mix's weights are whole numbers 1..1000): the
+        # same draw from the same random() call, so the same markers per seed
+        self._total = self.cum_weights[-1] + 0.0
+        self._hi = len(self.cum_weights) - 1
         self.rng = random.Random(s.seed)
         self.t0 = run.t0
         self.ramp = s.ramp()
@@ -220,7 +226,7 @@ class Load:
         self.run.extras["load_t0_rel"] = round(self.t0 - self.run.t0, 4)
 
     def pick(self) -> str:
-        m = self.rng.choices(self.markers, cum_weights=self.cum_weights)[0]
+        m = self.markers[bisect.bisect(self.cum_weights, self.rng.random() * self._total, 0, self._hi)]
         return "" if m == "text" else m
 
     def expired(self) -> bool:

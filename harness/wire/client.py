@@ -268,10 +268,28 @@ class KernelClient:
     # --- frames --------------------------------------------------------------
 
     async def _send(self, frame: dict[str, Any]) -> None:
+        self._write(frame)
+        await self._drain()
+
+    def _write(self, frame: dict[str, Any]) -> bool:
+        """Write one frame on the byte stream. True when the transport holds
+        none of it and is not closing: then drain() cannot wait (its protocol is
+        paused only while the buffer is past its low-water mark), and an input
+        needs no deadline around it: that asyncio.timeout was ~6% of the
+        driver's load phase through an instant kernel (issue 25, py-spy)."""
         if self._writer is None:
             raise ConnError("closed", f"{self.path}: connection is closed")
         try:
             self._writer.write(self.protocol.encode(frame))
+        except (ConnectionError, OSError) as exc:
+            self._eof = True
+            raise ConnError("reset", f"{self.path}: connection lost while sending ({exc})") from None
+        transport = self._writer.transport
+        return not transport.is_closing() and not transport.get_write_buffer_size()
+
+    async def _drain(self) -> None:
+        assert self._writer is not None
+        try:
             await self._writer.drain()
         except (ConnectionError, OSError) as exc:
             self._eof = True
@@ -376,9 +394,15 @@ class KernelClient:
         turn = Turn(input_id=nonce, text=full, nonce=nonce, interrupt=interrupt)
         turn.t_sent = time.monotonic()
         try:
-            async with asyncio.timeout_at(turn.t_sent + timeout_s):
-                frame = self.protocol.input_frame(nonce, full, interrupt) if session is None else self.protocol.input_frame(nonce, full, interrupt, session=session)
-                await self._send(frame)
+            frame = self.protocol.input_frame(nonce, full, interrupt) if session is None else self.protocol.input_frame(nonce, full, interrupt, session=session)
+            if self._ws is None and self._write(frame):
+                await self._drain()  # returns at once: nothing buffered, nothing to time out
+            else:
+                async with asyncio.timeout_at(turn.t_sent + timeout_s):
+                    if self._ws is None:
+                        await self._drain()  # the frame is written; the kernel is slow to read it
+                    else:
+                        await self._send(frame)
         except ConnError as exc:
             turn.lost(exc.kind, str(exc))
         except TimeoutError:
