@@ -11,6 +11,7 @@ import pytest
 from harness.scenarios.runner import all_checks, orphan_checks, partial_summary, settings_json
 from harness.scenarios import REGISTRY, AbtestSettings, BatchSettings, CmpSettings, HoldSettings, SessionsSettings, StressSettings
 from harness.scenarios.findmax import FindmaxSettings
+from harness.scenarios.resilience import ResilienceSettings
 
 
 def doc_for(name: str, summary: dict[str, Any], settings: dict[str, Any], extras: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -223,7 +224,7 @@ def test_a_partial_summary_is_the_scenarios_own_plus_its_marks():
 
 def test_every_registered_scenario_renders_its_empty_summary():
     samples = {"stress": StressSettings(), "batch": BatchSettings(), "abtest": AbtestSettings(), "cmp": CmpSettings(old="a", new="b"), "hold": HoldSettings(conns=4, probe=1), "sessions": SessionsSettings(),
-               "findmax": FindmaxSettings(slos=("p95<1s",))}
+               "findmax": FindmaxSettings(slos=("p95<1s",)), "resilience": ResilienceSettings()}
     assert set(samples) == set(REGISTRY), "a new scenario needs a line here"
     for name, settings in samples.items():
         st = {**settings_json(settings), "tool_ms_effective": 200}

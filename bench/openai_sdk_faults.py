@@ -1,7 +1,7 @@
 """What the installed openai SDK does with each of the mock's fault schedules
 (issue 24 item 5; the findings are in docs/resilience-pydantic-ai.md).
 
-    .venv/bin/python scripts/openai_sdk_faults.py [--max-retries 2] [--timeout 3] [--rate-limit 2/s]
+    .venv/bin/python bench/openai_sdk_faults.py [--max-retries 2] [--timeout 3] [--rate-limit 2/s]
 
 Starts its own mock on 127.0.0.1 (with --rate-limit if given), sends each fault
 marker through an `AsyncOpenAI(max_retries=..., timeout=...)` client, once as
