@@ -17,10 +17,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import json
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from mock.markers import compose
 
@@ -116,6 +119,78 @@ class Turn:
         return None if self.t_first is None else self.t_first - self.t_sent
 
 
+class _Deadline:
+    """A turn's deadline as asyncio.timeout_at keeps it (the task cancelled
+    when it passes, the CancelledError turned into TimeoutError unless someone
+    else cancelled too), on one timer per connection moved lazily: the timer
+    is left running between turns, and when it fires before the current
+    turn's deadline it is set again for that one. A timer made and cancelled
+    per turn (asyncio.timeout_at) was ~10% of the driver's load phase through
+    an instant kernel (issue 25, py-spy); this makes one per timeout_s.
+    One task at a time: collect() falls back to asyncio.timeout_at when
+    another task is collecting on the same connection."""
+
+    __slots__ = ("task", "at", "handle", "fired", "cancelling", "_when")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task | None = None
+        self.at = 0.0
+        self.handle: asyncio.TimerHandle | None = None
+        self.fired = False
+        self.cancelling = 0
+        self._when = 0.0
+
+    def until(self, when: float) -> "_Deadline":
+        """``async with deadline.until(t):`` as ``async with asyncio.timeout_at(t):``."""
+        self._when = when
+        return self
+
+    async def __aenter__(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None and self.task is None
+        self.arm(task, self._when)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if self.disarm(exc_type):
+            raise TimeoutError from exc
+
+    def arm(self, task: asyncio.Task, at: float) -> None:
+        self.task, self.at, self.fired, self.cancelling = task, at, False, task.cancelling()
+        h = self.handle
+        if h is None or h.when() > at:
+            if h is not None:
+                h.cancel()
+            self.handle = asyncio.get_running_loop().call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self.handle = None
+        task = self.task
+        if task is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.at:
+            self.handle = loop.call_at(self.at, self._fire)
+            return
+        self.fired = True
+        task.cancel()
+
+    def disarm(self, exc_type: type[BaseException] | None) -> bool:
+        """True when the body ended by this deadline's own cancellation (the
+        turn timed out), as asyncio.Timeout.__aexit__ decides it."""
+        task, self.task = self.task, None
+        if not self.fired:
+            return False
+        self.fired = False
+        assert task is not None
+        return task.uncancel() <= self.cancelling and exc_type is asyncio.CancelledError
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        self.task = None
+
+
 _seq = itertools.count()
 # pid and a random salt, once per process: two syscalls per input were a
 # measurable part of the harness's cost per turn, and a reused pid still gets
@@ -186,6 +261,9 @@ class KernelClient:
         self._read_lock = asyncio.Lock()
         self._eof = False
         self._closed = False
+        self._deadline = _Deadline()
+        # protocol v1's own framing (not an adapter's read_frame): read here, parsed with orjson
+        self._v1_lines = type(self.protocol).read_frame is Protocol.read_frame
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -242,6 +320,7 @@ class KernelClient:
         if self._closed:
             return
         self._closed = True
+        self._deadline.close()
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
@@ -299,11 +378,35 @@ class KernelClient:
         reader, buf = self._reader, self._rbuf
         assert reader is not None
         before = reader.received - len(buf)
-        frame = await self.protocol.read_frame(reader)
+        frame = await (self._read_v1(reader) if self._v1_lines else self.protocol.read_frame(reader))
         self._size = reader.received - len(buf) - before
         if frame is None:
             self._eof = True
             raise EOFError("kernel closed the connection")
+        return frame
+
+    async def _read_v1(self, reader: asyncio.StreamReader) -> dict[str, Any] | None:
+        """Protocol.read_frame, with orjson first: json.loads was ~6% of the
+        driver's load phase through an instant kernel (issue 25, py-spy). What
+        orjson refuses (NaN, an int past 64 bits, a lone surrogate, not
+        UTF-8) the stdlib parses as before, or refuses with the same error."""
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial.strip():
+                return None
+            line = exc.partial
+        except asyncio.LimitOverrunError:
+            raise ProtocolError(f"kernel sent a frame over {self.protocol.max_frame} bytes without a newline") from None
+        try:
+            frame = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            try:
+                frame = json.loads(line)
+            except ValueError:
+                raise ProtocolError(f"kernel sent a line that is not JSON: {line[:120]!r}") from None
+        if not isinstance(frame, dict):
+            raise ProtocolError(f"kernel sent a JSON value that is not an object: {line[:120]!r}")
         return frame
 
     async def _ws_send(self, frame: dict[str, Any]) -> None:
@@ -418,9 +521,12 @@ class KernelClient:
         classify = self.protocol.classify
         stray = stray_bytes = 0
         notify0 = self.notify_count
+        at = turn.t_sent + timeout_s
+        dl = self._deadline
         try:
-            # one timeout for the whole turn (asyncio.wait_for would make a task per frame)
-            async with asyncio.timeout_at(turn.t_sent + timeout_s):
+            # one timeout for the whole turn (asyncio.wait_for would make a task per frame);
+            # the connection's lazy timer unless another task is collecting on it
+            async with (dl.until(at) if dl.task is None else asyncio.timeout_at(at)):
                 while turn.outcome == "pending":
                     stashed = self._unstash(key)  # read for us by another reader
                     if stashed:
@@ -527,3 +633,10 @@ class KernelClient:
         if not self._stats:
             raise ConnError("closed", f"{self.path}: connection closed while waiting for stats")
         return self._stats.pop(0)
+
+
+def tag_nonces(tag: str) -> None:
+    """A fleet worker's nonces carry its index (``tag``): disjoint from every
+    other worker's on any host, where pids and two random bytes may repeat."""
+    global _NONCE_TAG
+    _NONCE_TAG = (os.getpid(), os.urandom(2).hex() + tag)
