@@ -144,6 +144,11 @@ class Catalog:
             ) from None
         object.__setattr__(self, "roles", MappingProxyType(dict(self.roles)))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a fleet's workers get the run's catalog pickled (harness/fleet): a
+        # read-only view of the roles does not pickle, the dict behind it does
+        return (Catalog, (dict(self.roles), self.error_pattern, self.source))
+
     def __getitem__(self, role: str) -> ToolRole:
         return self.roles[role]
 

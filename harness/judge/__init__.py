@@ -7,7 +7,7 @@ from .. import surface
 __all__, __getattr__ = surface(__name__, {
     "cancel": ("CANCEL_BOUND_S", "cancel_window_s", "judge_cancel", "ran_on"),
     "contract": ("CONTRACT_HELP", "Contract", "KEYS", "OTHER", "REFKERNEL", "from_json", "merged"),
-    "forensics": ("Forensics", "entry_of", "story"),
+    "forensics": ("Bounds", "Forensics", "entry_of", "story"),
     "mockjoin": ("MockJoin", "check_mock_address"),
     "resilience": ("BREAKS", "KEEPS", "STALL_SLACK_S", "broken_names", "expected", "grade", "stall_ms", "timeline"),
     "verdict": ("SCHEDULE_FAILURES", "TurnVerdict", "failure_counts", "failure_name", "is_timing_sample", "judge"),

@@ -392,6 +392,37 @@ class Target:
     async def __aexit__(self, *exc: object) -> None:
         await finish_shielded(self._stack.aclose())
 
+    # --- a fleet's workers (harness/fleet) -----------------------------------------
+
+    def view(self) -> dict[str, Any]:
+        """What a driver in another process needs to reach this opened target
+        and judge its turns exactly as this process would: picklable, and
+        nothing that starts or owns anything. A kernel in a sandbox is reached
+        through the sandbox's connector socket (``address.via``), as a run
+        against a detached sandbox reaches it."""
+        assert self._prepared and self.address is not None, "a target is shared once it is open"
+        return {
+            "label": self.label, "kernel": self.kernel, "address": self.address, "token": self.token,
+            "protocol": self.protocol, "driver": self.driver, "catalog": self.catalog,
+            "tool_ms": self.tool_ms, "mixed_ms": self.mixed_ms, "contract": self.contract,
+            "mock_address": self.mock_address, "verdict_key": self.verdict_key,
+        }
+
+    @classmethod
+    def joined(cls, view: dict[str, Any]) -> "Target":
+        """The target a fleet worker drives: ``view()`` of the head's, opened
+        by entering it (its own connector dialer and mock join). It owns
+        nothing and watches no process: the head checks the target's life."""
+        t = cls(Access(), label=view["label"], kernel=view["kernel"])
+        t.owned = False
+        t.address, t.token, t.protocol, t.driver = view["address"], view["token"], view["protocol"], view["driver"]
+        t.socket = str(t.address) if t.driver is None else t.driver.url
+        t.catalog, t.tool_ms, t.mixed_ms, t.contract = view["catalog"], view["tool_ms"], view["mixed_ms"], view["contract"]
+        t.mock_address, t.verdict_key = view["mock_address"], view["verdict_key"]
+        t.meta = {"name": "fleet-worker", "socket": t.socket}
+        t._prepared = True
+        return t
+
     # --- driving ----------------------------------------------------------------------
 
     def client(self, **kw: Any) -> Any:

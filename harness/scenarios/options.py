@@ -100,3 +100,13 @@ def metrics_opt() -> Any:
     """--metrics-port on the long scenarios: the run's metrics served live
     (harness/results/promexport.py), on loopback only."""
     return opt(None, "--metrics-port", int, "Serve the run's metrics live at http://127.0.0.1:PORT/metrics (Prometheus text) while it goes.", show_default=False)
+
+
+def fleet_opt() -> Any:
+    from ..fleet import FLEET_HELP
+
+    return opt(None, "--fleet", str, FLEET_HELP, show_default=False)
+
+
+def fleet_workers_opt() -> Any:
+    return opt(None, "--fleet-workers", int, "Workers of a --fleet on a cluster (default: one per alive node).", show_default=False)

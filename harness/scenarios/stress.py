@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
-import random
 import re
 import time
 from collections import Counter
@@ -28,7 +27,9 @@ from mock.markers import build_plan
 from ..wire.client import ConnError, KernelClient, new_nonce
 from ..judge.verdict import failure_name
 from ..errors import UsageError
-from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
+from .options import check_timeouts, connect_opt, fleet_opt, fleet_workers_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..fleet import parse_fleet
+from .fleetrun import check_fleet, drive_fleet, share_targets
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section, md_code, md_text
 from ..results.concurrency import finding_text
 from ..results.concurrency import summary as concurrency_summary
@@ -135,6 +136,8 @@ class StressSettings:
     quiet: bool = quiet_opt()
     thresholds: tuple[str, ...] = threshold_opt()
     metrics_port: int | None = metrics_opt()
+    fleet: str | None = fleet_opt()
+    fleet_workers: int | None = fleet_workers_opt()
 
     def __post_init__(self) -> None:
         if not 1 <= self.conns <= 20_000:
@@ -155,6 +158,11 @@ class StressSettings:
         except MarkerError as exc:
             raise UsageError(f"--interrupt-marker {self.interrupt_marker!r}: {exc}") from None
         check_mix_markers(self.thresholds, [m for m, _ in mix] + ([self.interrupt_marker] if self.interrupts else []))
+        if self.fleet is not None:
+            parse_fleet(self.fleet, self.fleet_workers)
+            check_fleet(self)
+        elif self.fleet_workers is not None:
+            raise UsageError(f"--fleet-workers {self.fleet_workers} without --fleet: name the cluster, e.g. --fleet ray://127.0.0.1:10001")
 
     @property
     def timed(self) -> bool:
@@ -182,12 +190,40 @@ class StressSettings:
         return MAX_INPUTS if self.timed else self.conns * DEFAULT_INPUTS
 
 
+_M64 = (1 << 64) - 1
+
+
+def _unit(seed: int, conn: int, seq: int) -> float:
+    """A uniform draw in [0, 1) from (seed, conn, seq): two multiply-xorshift
+    rounds over the three, the same on every host and Python version (about
+    1 us; Python's tuple hash is faster but its draws for consecutive inputs
+    correlate, -0.21 at lag 1, against 0.002 here)."""
+    x = ((seed ^ ((conn & _M64) * 0xBF58476D1CE4E5B9) ^ (seq * 0x94D049BB133111EB)) * 0xD6E8FEB86659FD93) & _M64
+    x = ((x ^ (x >> 32)) * 0xD6E8FEB86659FD93) & _M64
+    return (x >> 11) * (1.0 / (1 << 53))
+
+
+def _share_cap(s: StressSettings, worker: int, n: int) -> int:
+    """Inputs worker ``worker`` of ``n`` sends at most: its connections'
+    inputs, or its part of the open model's count; a timed run's bound split."""
+    if s.rate is None and s.inputs is not None and not s.stages:
+        return len(range(worker, s.conns, n)) * s.inputs
+    total = s.total_cap
+    return total // n + (1 if worker < total % n else 0)
+
+
 class Load:
     """One stress load against the targets: its connections or arrivals, the
     turns they send and the verdicts they collect (findmax runs one per level)."""
 
-    def __init__(self, s: StressSettings, target: Target, run: Run, targets: list[Target] | None = None, weights: tuple[float, ...] = ()) -> None:
+    def __init__(self, s: StressSettings, target: Target, run: Run, targets: list[Target] | None = None, weights: tuple[float, ...] = (),
+                 share: tuple[int, int] = (0, 1)) -> None:
         self.s = s
+        # a fleet worker's share (harness/scenarios/fleetrun.py): worker w of n
+        # drives connections w, w+n, ... (closed model) or inputs w, w+n, ...
+        # (open model) of the one load; every marker is drawn from (seed,
+        # connection, input), so the share draws what one process would
+        self.worker, self.workers_n = share
         self.target = target
         self.run = run
         # several kernels at once: connections (closed model) or inputs (open
@@ -197,36 +233,37 @@ class Load:
         self.conn_kernel = schedule(s.conns, self.weights) if len(self.targets) > 1 else [0] * s.conns
         self.mix = parse_mix(s.mix)
         self.markers = [m for m, _ in self.mix]
-        # cumulative once: choices() with plain weights re-accumulates them per call
+        # cumulative once: a draw is one bisect
         self.cum_weights = list(itertools.accumulate(w for _, w in self.mix))
-        # what rng.choices(markers, cum_weights=...) computes per call, less its
-        # per-call checks (parse_mix's weights are whole numbers 1..1000): the
-        # same draw from the same random() call, so the same markers per seed
         self._total = self.cum_weights[-1] + 0.0
         self._hi = len(self.cum_weights) - 1
-        self.rng = random.Random(s.seed)
+        self._seed = (s.seed * 0x9E3779B97F4A7C15) & _M64
         self.t0 = run.t0
         self.ramp = s.ramp()
         self.extra_labels: dict[str, Any] = {}
         self.stage_ends = list(itertools.accumulate(st.duration_s for st in parse_stages(s.stages, integer=s.rate is None)))
         self.begin()
         self.sent = 0
-        self.cap = s.total_cap
+        self.cap = s.total_cap if self.workers_n == 1 else _share_cap(s, self.worker, self.workers_n)
         self.full = asyncio.Event()  # the run's input bound is reached
         self.workers = 0
         self.reconnects = 0
         self.capacity_errors: Counter[str] = Counter()
 
-    def begin(self) -> None:
+    def begin(self, t0: float | None = None) -> None:
         """The shape's clock starts now (after the stats connection and the
-        sampler are up): deadline, warm-up and schedule count from here."""
-        self.t0 = time.monotonic()
+        sampler are up), or at a fleet's common ``t0``: deadline, warm-up and
+        schedule count from here."""
+        self.t0 = time.monotonic() if t0 is None else t0
         self.deadline = self.t0 + self.ramp.total_s if self.ramp is not None else None
         self.warm_until = self.t0 + self.s.warmup_s if self.s.warmup_s else None
         self.run.extras["load_t0_rel"] = round(self.t0 - self.run.t0, 4)
 
-    def pick(self) -> str:
-        m = self.markers[bisect.bisect(self.cum_weights, self.rng.random() * self._total, 0, self._hi)]
+    def pick(self, conn: int, seq: int) -> str:
+        """The marker of input ``seq`` of connection ``conn`` (the open model:
+        conn -1, seq the input's index): a function of the seed and the two,
+        whichever process draws it and in whatever order the turns end."""
+        m = self.markers[bisect.bisect(self.cum_weights, _unit(self._seed, conn, seq) * self._total, 0, self._hi)]
         return "" if m == "text" else m
 
     def expired(self) -> bool:
@@ -285,7 +322,7 @@ class Load:
                 if self.expired() or (keep_going is not None and not keep_going()) or not self.take():
                     return
                 self.run.check_alive()
-                marker = self.pick()
+                marker = self.pick(conn, seq)
                 at = time.monotonic()
                 client = await self.ready(client, marker, conn, seq, target)
                 if client is not None:
@@ -298,10 +335,11 @@ class Load:
 
     async def closed_model(self) -> None:
         if self.ramp is None or not self.s.stages:
+            mine = range(self.worker, self.s.conns, self.workers_n)
             async with asyncio.TaskGroup() as conns:
-                for c in range(self.s.conns):
+                for c in mine:
                     conns.create_task(self.closed_conn(c))
-            self.workers = self.s.conns
+            self.workers = len(mine)
         else:
             self.workers = await follow_level(self.ramp, self.t0, self.closed_conn, stop=self.full)
 
@@ -311,7 +349,7 @@ class Load:
         --conns; latency also counts from the scheduled time."""
         # one pool of idle connections per kernel, its share of --conns
         pools: list[asyncio.Queue[KernelClient | None]] = [asyncio.Queue() for _ in self.targets]
-        for k in self.conn_kernel:
+        for k in self.conn_kernel[self.worker::self.workers_n]:
             pools[k].put_nowait(None)
         # a run counted in inputs: the constant rate for as long as they take
         ramp = self.ramp or Ramp.constant(self.s.rate or 1.0, MAX_RUN_S)
@@ -323,7 +361,7 @@ class Load:
             k = input_kernel[i % len(input_kernel)] if input_kernel is not None else 0
             pool, target = pools[k], self.targets[k]
             client = await pool.get()
-            marker = self.pick()
+            marker = self.pick(-1, i)
             try:
                 client = await self.ready(client, marker, i % self.s.conns, i, target)
                 if client is None:
@@ -338,7 +376,12 @@ class Load:
         try:
             # one input's fatal error (the target died) cancels and awaits the others
             async with asyncio.TaskGroup() as tg:
-                for i, offset in enumerate(arrival_offsets(ramp, self.s.arrival, self.s.seed, self.cap)):
+                n, w = self.workers_n, self.worker
+                for i, offset in enumerate(arrival_offsets(ramp, self.s.arrival, self.s.seed, self.s.total_cap)):
+                    if i % n != w:
+                        continue  # another worker's input of the one schedule
+                    if self.sent >= self.cap:
+                        break
                     scheduled = self.t0 + offset
                     delay = scheduled - time.monotonic()
                     if delay > 0:
@@ -388,16 +431,20 @@ class Load:
             for client in clients.values():
                 await client.aclose()
 
-    async def drive(self) -> None:
+    async def drive(self, t0: float | None = None) -> None:
         """The load, with the interrupt stream beside it when one is asked for;
-        what the connections met is kept in extras on every path."""
+        what the connections met is kept in extras on every path. A fleet
+        worker's load starts at the fleet's ``t0``; the interrupt stream is
+        worker 0's."""
         stop = asyncio.Event()
         try:
             # one connection's fatal error (the target died) cancels and
             # awaits every other before the results are written
-            self.begin()
+            self.begin(t0)
+            if t0 is not None and t0 > time.monotonic():
+                await asyncio.sleep(t0 - time.monotonic())  # the fleet's common start, not synchronisation of results
             async with asyncio.TaskGroup() as tg:
-                if self.s.interrupts > 0:
+                if self.s.interrupts > 0 and self.worker == 0:
                     tg.create_task(self.interrupts(stop))
                 try:
                     if self.s.rate:
@@ -433,6 +480,15 @@ class Load:
         if not v2.passed:
             return {"ok": False, "detail": "an identical input sent again was executed, not dropped as a replay (no dedup)"}
         return {"ok": True, "detail": "the identical second input came back duplicate: true"}
+
+
+async def fleet_share(job: dict[str, Any], sink: Any, t0: float) -> dict[str, Any]:
+    """A fleet worker's part of a stress load (harness/fleet/actor.py runs it)."""
+    async with share_targets(job, sink) as run:
+        load = Load(job["settings"], run.targets[0], run, run.targets, job["weights"], share=(job["worker"], job["workers"]))
+        sink.sent = lambda: load.sent
+        await load.drive(t0)
+    return run.extras
 
 
 def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -695,6 +751,7 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
             of = f" of {t.kernel}" if many else ""
             raise UsageError(f"--interrupts {settings.interrupts:g}: the kernel's contract{of} says interrupts=false; drop --interrupts, or declare --contract interrupts=true")
     weights = access.weights if many else ()
+    fleet = parse_fleet(settings.fleet, settings.fleet_workers) if settings.fleet else None
     shares = check_split("connections", settings.conns, weights, access.names, "--conns") if many else [settings.conns]
 
     async def body(run: Run) -> None:
@@ -707,7 +764,10 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
         watch = _Watch(settings, run, targets, per_kernel, skipped)
         try:
             await watch.open()
-            await load.drive()
+            if fleet is not None:
+                await drive_fleet(run, fleet, "harness.scenarios.stress:fleet_share", settings, targets, weights)
+            else:
+                await load.drive()
             run.check_alive()
             await _replay_probes(load, targets, per_kernel, skipped, extras)
             if not skipped:

@@ -9,7 +9,7 @@ from .. import surface
 
 __all__, __getattr__ = surface(__name__, {
     "agents": ("AGENT_PROTOCOLS", "PROTOCOLS", "HttpAgentClient", "agent_driver", "check_agent_url", "is_agent_protocol"),
-    "client": ("ConnError", "KernelClient", "Turn", "failed_turn", "new_nonce"),
+    "client": ("ConnError", "KernelClient", "Turn", "failed_turn", "new_nonce", "tag_nonces"),
     "protocol": ("FrameKind", "Protocol", "ProtocolError", "load_protocol"),
     "transport": ("Address", "Dialer", "parse_address"),
 })

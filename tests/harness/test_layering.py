@@ -109,9 +109,10 @@ MAY_USE: dict[str, set[str]] = {
     "wire": {"base"},
     "judge": {"base", "wire"},
     "load": {"base"},
+    "fleet": {"base"},
     "results": {"base", "judge"},
     "sandbox": {"base", "wire", "judge"},
-    "scenarios": {"base", "wire", "judge", "load", "results", "sandbox"},
+    "scenarios": {"base", "wire", "judge", "load", "results", "sandbox", "fleet"},
     "cli": {"base", "wire", "judge", "load", "results", "sandbox", "scenarios"},
     "entry": {"base", "cli"},  # harness/__main__.py
 }

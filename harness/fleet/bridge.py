@@ -1,0 +1,180 @@
+"""The bridge: the only process of the head's side that imports Ray.
+
+    python -m harness.fleet.bridge     (started by harness/fleet/head.py)
+
+It speaks length-prefixed pickled frames: the head's on stdin, its own on
+stdout (Ray's chatter goes to stderr, which the head keeps in fleet.log).
+
+    head   -> hello {spec, root, temp_dir}
+    bridge -> ready {workers: [identity + clock offset and bound], init_s}
+    head   -> run {entry, jobs, t0}          one job per worker; t0 on the head's clock
+    bridge -> batch {worker, rows, failures, sent[, done, extras|error|stopped]}  ...
+    bridge -> lost {worker, error}            a worker (or its node) is gone
+    head   -> stop                            (any time) every worker's share is cancelled
+    bridge -> end
+
+A local fleet's bridge runs as PID 1 of its own PID namespace (unshare
+--kill-child): when it exits, however, the kernel ends every Ray process it
+started. A cluster's bridge kills its actors before it exits."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import struct
+import sys
+import threading
+import time
+from typing import Any, BinaryIO
+
+CLOCK_ROUNDS = 5  # round trips per worker; the shortest bounds the offset
+STOP_GRACE_S = 10.0  # after a stop, how long the workers' last batches are awaited
+START_TIMEOUT_S = 120.0  # ray.init and the actors' start, on a loaded machine
+
+
+def write(out: BinaryIO, lock: threading.Lock, msg: dict[str, Any]) -> None:
+    data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    with lock:
+        out.write(struct.pack(">I", len(data)) + data)
+        out.flush()
+
+
+def read(inp: BinaryIO) -> dict[str, Any] | None:
+    head = inp.read(4)
+    if len(head) < 4:
+        return None
+    (n,) = struct.unpack(">I", head)
+    return pickle.loads(inp.read(n))
+
+
+def _lo_up() -> None:
+    """A fresh network namespace's lo is down."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ip:
+        idx = ip.link_lookup(ifname="lo")[0]
+        ip.link("set", index=idx, state="up")
+
+
+def main() -> int:
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything printed goes to the log, not into the frames
+    lock = threading.Lock()
+    hello = read(inp)
+    if hello is None:
+        return 0
+    spec, root = hello["spec"], hello["root"]
+    t_start = time.monotonic()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    sys.path.insert(0, root)
+    if spec.kind == "local":
+        os.environ["RAY_AUTH_MODE"] = "disabled"  # a private instance no other process can reach: no token file in $HOME
+        _lo_up()
+    import ray
+
+    from harness.fleet.actor import Worker
+
+    if spec.kind == "local":
+        ray.init(num_cpus=spec.workers, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=hello["temp_dir"],
+                 object_store_memory=100 * 1024 * 1024, log_to_driver=False, configure_logging=False)
+        n = spec.workers
+        options: dict[str, Any] = {"num_cpus": 1}
+    else:
+        ray.init(address=spec.address, log_to_driver=False, configure_logging=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"], "RAY_USAGE_STATS_ENABLED": "0"}})
+        n = spec.workers or len([x for x in ray.nodes() if x.get("Alive")])
+        options = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
+    Remote = ray.remote(Worker).options(max_restarts=0, max_task_retries=0, max_concurrency=64, **options)
+    actors = [Remote.remote(i, n) for i in range(n)]
+    try:
+        ids = ray.get([a.identity.remote() for a in actors], timeout=START_TIMEOUT_S)
+        for a, ident in zip(actors, ids):
+            ident.update(_clock(ray, a))
+        write(out, lock, {"op": "ready", "workers": ids, "init_s": round(time.monotonic() - t_start, 3)})
+        cmd = read(inp)
+        if cmd is None or cmd.get("op") != "run":
+            return 0
+        _drive(ray, actors, ids, cmd, inp, out, lock)
+    finally:
+        if spec.kind != "local":
+            for a in actors:
+                try:
+                    ray.kill(a)
+                except Exception:  # noqa: BLE001 - a lost node's actor is gone already
+                    pass
+        ray.shutdown()
+    return 0
+
+
+def _first_line(exc: BaseException) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    # a RayTaskError's text is the remote traceback: its last line names the error
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[-1].strip() if lines else ''}"
+
+
+def _clock(ray: Any, actor: Any) -> dict[str, float]:
+    """The worker's monotonic clock against this process's (the head's, on
+    the same host; across hosts, against the bridge's): the round trip with
+    the shortest time bounds the offset to half of it."""
+    best: tuple[float, float] | None = None
+    for _ in range(CLOCK_ROUNDS):
+        t1 = time.monotonic()
+        w = ray.get(actor.clock.remote())
+        t2 = time.monotonic()
+        if best is None or t2 - t1 < 2 * best[1]:
+            best = (w - (t1 + t2) / 2, (t2 - t1) / 2)
+    assert best is not None
+    return {"clock_offset_s": best[0], "clock_bound_s": best[1]}
+
+
+def _drive(ray: Any, actors: list[Any], ids: list[dict[str, Any]], cmd: dict[str, Any], inp: BinaryIO, out: BinaryIO, lock: threading.Lock) -> None:
+    stop = threading.Event()
+
+    def listen() -> None:
+        while True:
+            msg = read(inp)
+            if msg is None or msg.get("op") == "stop":
+                stop.set()
+                return
+
+    threading.Thread(target=listen, daemon=True).start()
+    # started before the first take: an async actor runs its calls concurrently, in no promised order
+    ray.get([a.start.remote(cmd["entry"], cmd["jobs"][i], cmd["t0"] + ids[i]["clock_offset_s"]) for i, a in enumerate(actors)], timeout=START_TIMEOUT_S)
+    pending = {a.take.remote(): i for i, a in enumerate(actors)}
+    stopping_until: float | None = None
+    while pending:
+        if stop.is_set() and stopping_until is None:
+            for a in actors:
+                a.stop.remote()
+            stopping_until = time.monotonic() + STOP_GRACE_S
+        if stopping_until is not None and time.monotonic() > stopping_until:
+            for i in pending.values():
+                write(out, lock, {"op": "lost", "worker": i, "error": f"no answer within {STOP_GRACE_S:g} s of the stop"})
+            break
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+        for ref in ready:
+            i = pending.pop(ref)
+            try:
+                batch = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - the worker is lost to the run, either way
+                # RayActorError: the worker's process or its node is gone; any other: take() itself raised (a bug of kstress)
+                gone = isinstance(exc, ray.exceptions.RayActorError)
+                write(out, lock, {"op": "lost" if gone else "failed", "worker": i, "error": _first_line(exc)})
+                stop.set()  # one worker gone: the run ends, as it does when the target dies
+                continue
+            batch["op"], batch["worker"] = "batch", i
+            write(out, lock, batch)
+            if not batch.get("done"):
+                pending[actors[i].take.remote()] = i
+    write(out, lock, {"op": "end"})
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stderr.flush()
+    # not sys.exit: the stdin listener thread may hold stdin's lock, which
+    # the interpreter's shutdown would wait on
+    os._exit(code)

@@ -1,0 +1,150 @@
+"""A scenario's load driven by a fleet (issue 25, docs/fleet.md).
+
+The head (this process) keeps everything a run owns: the targets (a launched
+sandbox, the mock), the run directory, the watchers and probes. Each worker
+gets a *job*: the settings, its share (worker w of n) and each target's
+``view()``; it opens the targets as a driver that owns nothing, runs the same
+Load on its share and judges every turn with the same ``Run.record`` -- its
+rows go to its sink instead of a run directory, and come here in batches,
+where they are written, counted and checked exactly as a local turn's are."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, AsyncIterator, Sequence
+
+from ..errors import UsageError
+from ..fleet import Fleet, FleetSpec, WorkerInfo
+from ..judge.forensics import Bounds, entry_of
+from ..judge.verdict import TurnVerdict, failure_name
+from ..sandbox.sut import Target
+from ..wire.client import Turn, tag_nonces
+from .runner import Progress, Run
+
+# the head hands out the jobs, then every worker starts its load at the same
+# moment this far ahead (a worker's first import of the scenario takes ~0.3 s)
+START_AHEAD_S = 1.0
+
+
+class _Discard(list):
+    """A worker keeps no rows: they are the head's."""
+
+    def append(self, _row: Any) -> None:
+        pass
+
+
+class _Stories:
+    """A worker's bound on failure stories (the head bounds them again over
+    the whole fleet); what it leaves out is counted for the head."""
+
+    def __init__(self, sink: Any) -> None:
+        self.bounds = Bounds()
+        sink.skipped = self.bounds.skipped
+
+    def wants(self, row: dict[str, Any]) -> bool:
+        name = failure_name(row)
+        return name is not None and self.bounds.take(name)
+
+
+@contextlib.asynccontextmanager
+async def share_targets(job: dict[str, Any], sink: Any) -> AsyncIterator[WorkerRun]:
+    """In a worker: the job's targets opened as a driver that owns nothing,
+    and the Run its share records into."""
+    tag_nonces(f"w{job['worker']}")
+    async with contextlib.AsyncExitStack() as stack:
+        targets = [await stack.enter_async_context(Target.joined(v)) for v in job["targets"]]
+        yield WorkerRun(targets, sink, job["run_t0"], job["worker"])
+
+
+class WorkerRun(Run):
+    """The Run a fleet worker's load records into: the same ``record`` (verdict,
+    row, labels), the rows into the sink."""
+
+    def __init__(self, targets: Sequence[Target], sink: Any, t0: float, worker: int) -> None:  # noqa: D107 - no run directory here
+        self.dir = sink
+        self.targets = list(targets)
+        self.progress = Progress(None, quiet=True)
+        self.rows = _Discard()
+        self.extras: dict[str, Any] = {}
+        self.t0 = t0
+        self.forensics = _Stories(sink)  # type: ignore[assignment]
+        self.worker = worker
+
+    async def record(self, turn: Turn, target: Target, /, **kw: Any) -> TurnVerdict:
+        return await super().record(turn, target, worker=self.worker, **kw)
+
+    async def _keep_failure(self, turn: Turn, v: TurnVerdict, row: dict[str, Any], target: Target) -> None:
+        mock = await target.join.get(turn.nonce) if target.join is not None else None
+        self.dir.failure(entry_of(turn, v, row, mock, target.label))
+
+
+async def drive_fleet(run: Run, spec: FleetSpec, entry: str, settings: Any, targets: Sequence[Target], weights: tuple[float, ...] = ()) -> None:
+    """Start the fleet, hand each worker its share (``entry``, a scenario's
+    ``module:function`` a worker runs: ``share_targets`` opens what it
+    drives), record every batch; what each worker did goes in
+    run.extras["fleet"] on every path."""
+    views = [t.view() for t in targets]
+    info: dict[str, Any] = run.extras.setdefault("fleet", spec.to_json())
+    t_start = time.monotonic()
+    async with Fleet(spec, run.dir.path / "fleet.log") as fleet:
+        info.update(start_s=round(time.monotonic() - t_start, 3), ray_init_s=fleet.init_s)
+        n = len(fleet.workers)
+        jobs = [{"settings": settings, "worker": i, "workers": n, "targets": views, "weights": weights, "run_t0": run.t0} for i in range(n)]
+        head_t0 = time.monotonic() + START_AHEAD_S
+        merge = _Merge(run, targets)
+        try:
+            await fleet.run(entry, jobs, head_t0, merge.batch)
+        finally:
+            info["workers"] = [w.to_json() for w in fleet.workers]
+            info["merge_s"] = round(merge.seconds, 4)
+            info["rows_merged"] = merge.rows
+            _merge_extras(run.extras, [w.extras for w in fleet.workers])
+            run.extras["load_t0_rel"] = round(head_t0 - run.t0, 4)
+
+
+class _Merge:
+    """What the head does with a batch: every row as a local turn's (the run
+    directory, the rows, the progress line), the failure stories within the
+    run's bound, and the target's life checked."""
+
+    def __init__(self, run: Run, targets: Sequence[Target]) -> None:
+        self.run, self.targets = run, targets
+        self.seconds = 0.0
+        self.rows = 0
+
+    async def batch(self, w: WorkerInfo, b: dict[str, Any]) -> None:
+        t = time.perf_counter()
+        run = self.run
+        for row in b["rows"]:
+            run.dir.turn(row)
+            run.rows.append(row)
+            run.progress.add(bool(row.get("passed")), row.get("latency_s"))
+        self.rows += len(b["rows"])
+        f = run.forensics
+        for entry in b.get("failures") or ():
+            if f.bounds.take(entry["failure"]):
+                f.add(entry)
+        for name, k in (b.get("skipped") or {}).items():
+            f.bounds.skipped[name] = f.bounds.skipped.get(name, 0) + k
+        if f.examples or f.bounds.skipped:
+            run.extras["failure_examples"] = f.summary()
+        self.seconds += time.perf_counter() - t
+        run.check_alive()  # a dead target or mock ends the run here, as between two local turns
+
+
+def _merge_extras(extras: dict[str, Any], parts: list[dict[str, Any]]) -> None:
+    """The Load's own extras, summed over the workers."""
+    extras["reconnects"] = sum(p.get("reconnects") or 0 for p in parts)
+    caps: dict[str, int] = {}
+    for p in parts:
+        for k, v in (p.get("capacity_errors") or {}).items():
+            caps[k] = caps.get(k, 0) + v
+    extras["capacity_errors"] = caps
+
+
+def check_fleet(settings: Any) -> None:
+    """What a fleet cannot drive yet, named before anything starts."""
+    if getattr(settings, "stages", ()) and getattr(settings, "rate", None) is None:
+        raise UsageError("--fleet with --stage in the closed model: a ramp of connections is not split over workers yet; "
+                         "drive the stages from one process (drop --fleet), or ramp a rate (--rate with --stage)")

@@ -1,0 +1,143 @@
+"""A fleet of drivers on Ray (issue 25, docs/fleet.md), end to end: the same
+load from `--fleet local:2` and from one process gives the same attempted
+count, the same checks and -- markers being drawn per (seed, connection,
+input) -- the same failure counts; every nonce is unique across workers; a
+worker killed mid-run is named (exit 5) with the rows merged so far; Ctrl-C
+writes the merged results; nothing of Ray is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+
+from waiting import wait_until
+
+pytestmark = pytest.mark.slow
+LOAD = ("--launch", "--conns", "64", "--inputs", "20", "--quiet")
+RAY_PROCS = ("raylet", "gcs_server", "ray::", "default_worker.py", "harness.fleet.bridge")
+
+
+def run_dir(r) -> Path:
+    return Path(r.stdout.strip().splitlines()[-1].removeprefix("run: "))
+
+
+def loaded(d: Path):
+    doc = json.loads((d / "run.json").read_text())
+    rows = [json.loads(ln) for ln in (d / "turns.jsonl").read_text().splitlines()]
+    return doc, rows
+
+
+def ray_left() -> list[str]:
+    out = []
+    for p in psutil.process_iter(["cmdline", "name"]):
+        try:
+            line = " ".join(p.info["cmdline"] or ()) or (p.info["name"] or "")
+        except psutil.Error:
+            continue
+        if any(k in line for k in RAY_PROCS):
+            out.append(f"{p.pid}: {line[:120]}")
+    return out
+
+
+def checks(doc) -> list[tuple[str, bool]]:
+    return [(c["name"], c["passed"]) for c in doc["checks"]]
+
+
+def test_a_local_fleet_drives_the_same_load_as_one_process(cli):
+    fleet = cli.run("stress", "--fleet", "local:2", *LOAD, "--out", str(cli.out), timeout=300)
+    assert fleet.returncode == 0, fleet.stdout + fleet.stderr
+    one = cli.run("stress", *LOAD, "--out", str(cli.out), timeout=300)
+    assert one.returncode == 0, one.stdout + one.stderr
+    (fdoc, frows), (odoc, orows) = loaded(run_dir(fleet)), loaded(run_dir(one))
+    assert fdoc["summary"]["attempted"] == odoc["summary"]["attempted"] == 1280
+    assert checks(fdoc) == checks(odoc) and all(ok for _, ok in checks(fdoc))
+    load = [r for r in frows if r["kind"] == "load"]
+    assert len({r["nonce"] for r in frows}) == len(frows)  # unique across the workers, probes included
+    assert Counter(r["worker"] for r in load) == {0: 640, 1: 640}
+    # the same marker for the same (connection, input), whichever process drew it
+    assert {(r["conn"], r["seq"]): r["marker"] for r in load} == {(r["conn"], r["seq"]): r["marker"] for r in orows if r["kind"] == "load"}
+    f = fdoc["extras"]["fleet"]
+    assert f["address"] == "local:2" and [w["state"] for w in f["workers"]] == ["done", "done"]
+    assert [w["turns_recorded"] for w in f["workers"]] == [640, 640] and f["rows_merged"] == 1280
+    assert all(w["node_ip"] == "127.0.0.1" and w["clock_bound_s"] < 0.5 for w in f["workers"])
+    assert ray_left() == []
+
+
+def test_a_fault_fails_the_fleet_and_one_process_with_the_same_counts(cli):
+    fault = ("--arg=--fault", "--arg=first-tool-only")
+    fleet = cli.run("stress", "--fleet", "local:2", *LOAD, *fault, "--out", str(cli.out), timeout=300)
+    one = cli.run("stress", *LOAD, *fault, "--out", str(cli.out), timeout=300)
+    assert fleet.returncode == one.returncode == 1, fleet.stdout + one.stdout
+    (fdoc, _), (odoc, _) = loaded(run_dir(fleet)), loaded(run_dir(one))
+    fs, os_ = fdoc["summary"], odoc["summary"]
+    assert fs["failures"] and fs["failures"] == os_["failures"] and fs["passed"] == os_["passed"] < 1280
+    assert checks(fdoc) == checks(odoc)
+    assert ray_left() == []
+
+
+def _start(cli, *args: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "harness", "stress", "--fleet", "local:2", "--launch", "--conns", "8", "--duration", "60s",
+            "--mix", "!batch2", "--quiet", "--out", str(cli.out), *args]
+    return subprocess.Popen(argv, env=cli.env, cwd=cli.out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _workers(p: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        kids = psutil.Process(p.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [k for k in kids if "ray::Worker" in " ".join(k.cmdline() or ()) or k.name().startswith("ray::Worker")]
+
+
+def _rows_so_far(cli) -> int:
+    runs = sorted(cli.out.glob("stress-*"))
+    t = runs[-1] / "turns.jsonl" if runs else None
+    return len(t.read_text().splitlines()) if t and t.exists() else 0
+
+
+def test_a_worker_killed_mid_run_is_named_and_its_rows_are_kept(cli):
+    p = _start(cli)
+    try:
+        wait_until(lambda: len(_workers(p)) == 2 and _rows_so_far(cli) >= 50, timeout=120, what="two fleet workers recording turns")
+        victim = _workers(p)[0]
+        victim.kill()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 5, out + err
+    doc, rows = loaded(run_dir(subprocess.CompletedProcess([], 0, out, err)))
+    assert doc["status"] == "failed" and "fleet worker" in doc["error"] and "was lost" in doc["error"] and "in flight" in doc["error"]
+    states = sorted(w["state"] for w in doc["extras"]["fleet"]["workers"])
+    assert states[0] == "lost" and states[1] in ("stopped", "done")
+    assert doc["summary"]["partial"] and doc["summary"]["turns_recorded"] == len(rows) >= 50
+    assert {r["worker"] for r in rows if r["kind"] == "load"} == {0, 1}  # both workers' rows, the lost one's up to its death
+    wait_until(lambda: ray_left() == [], timeout=30, what="every Ray process gone")
+
+
+def test_ctrl_c_stops_every_worker_and_writes_the_merged_results(cli):
+    p = _start(cli)
+    try:
+        wait_until(lambda: _rows_so_far(cli) >= 50, timeout=120, what="the fleet recording turns")
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 130, out + err
+    doc, rows = loaded(run_dir(subprocess.CompletedProcess([], 0, out, err)))
+    assert doc["status"] == "interrupted" and doc["summary"]["turns_recorded"] == len(rows) >= 50
+    assert {w["state"] for w in doc["extras"]["fleet"]["workers"]} <= {"stopped", "done"}
+    wait_until(lambda: ray_left() == [], timeout=30, what="every Ray process gone")
