@@ -32,7 +32,18 @@ class Sink:
         self.failures: list[dict[str, Any]] = []
         self.sent: Callable[[], int] = lambda: 0
         self.skipped: dict[str, int] = {}  # failure stories this worker's own bound left out, per name
+        self.notes: list[dict[str, Any]] = []  # a share's word to the head (hold: "every connection is open")
+        self._signals: dict[str, asyncio.Event] = {}
         self._wake = asyncio.Event()
+
+    def note(self, what: dict[str, Any]) -> None:
+        """Sent to the head with the next batch, at once."""
+        self.notes.append(what)
+        self._wake.set()
+
+    def signal(self, name: str) -> asyncio.Event:
+        """Set when the head signals ``name`` to every worker (hold: "release")."""
+        return self._signals.setdefault(name, asyncio.Event())
 
     def turn(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
@@ -46,7 +57,7 @@ class Sink:
         self._wake.set()
 
     async def wait(self, timeout_s: float) -> None:
-        if not self.rows:
+        if not self.rows and not self.notes:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout_s)
             except TimeoutError:
@@ -56,7 +67,10 @@ class Sink:
     def drain(self) -> dict[str, Any]:
         rows, self.rows = self.rows, []
         failures, self.failures = self.failures, []
-        return {"rows": rows, "failures": failures, "sent": self.sent()}
+        out = {"rows": rows, "failures": failures, "sent": self.sent()}
+        if self.notes:
+            out["notes"], self.notes = self.notes, []
+        return out
 
 
 class Worker:
@@ -106,6 +120,10 @@ class Worker:
         if done:
             batch.update(done=True, skipped=self.sink.skipped, **self.result)
         return batch
+
+    async def signal(self, name: str) -> None:
+        if self.sink is not None:
+            self.sink.signal(name).set()
 
     async def stop(self) -> None:
         if self.task is not None and not self.task.done():

@@ -10,6 +10,7 @@ stdout (Ray's chatter goes to stderr, which the head keeps in fleet.log).
     head   -> run {entry, jobs, t0}          one job per worker; t0 on the head's clock
     bridge -> batch {worker, rows, failures, sent[, done, extras|error|stopped]}  ...
     bridge -> lost {worker, error}            a worker (or its node) is gone
+    head   -> signal {name}                   (any time) every worker's sink.signal(name) is set
     head   -> stop                            (any time) every worker's share is cancelled
     bridge -> end
 
@@ -132,6 +133,7 @@ def _clock(ray: Any, actor: Any) -> dict[str, float]:
 
 def _drive(ray: Any, actors: list[Any], ids: list[dict[str, Any]], cmd: dict[str, Any], inp: BinaryIO, out: BinaryIO, lock: threading.Lock) -> None:
     stop = threading.Event()
+    signals: list[str] = []
 
     def listen() -> None:
         while True:
@@ -139,6 +141,8 @@ def _drive(ray: Any, actors: list[Any], ids: list[dict[str, Any]], cmd: dict[str
             if msg is None or msg.get("op") == "stop":
                 stop.set()
                 return
+            if msg.get("op") == "signal":
+                signals.append(msg["name"])  # list.append is atomic: the loop below takes them
 
     threading.Thread(target=listen, daemon=True).start()
     # started before the first take: an async actor runs its calls concurrently, in no promised order
@@ -146,6 +150,10 @@ def _drive(ray: Any, actors: list[Any], ids: list[dict[str, Any]], cmd: dict[str
     pending = {a.take.remote(): i for i, a in enumerate(actors)}
     stopping_until: float | None = None
     while pending:
+        while signals:
+            name = signals.pop(0)
+            for a in actors:
+                a.signal.remote(name)
         if stop.is_set() and stopping_until is None:
             for a in actors:
                 a.stop.remote()
@@ -154,7 +162,7 @@ def _drive(ray: Any, actors: list[Any], ids: list[dict[str, Any]], cmd: dict[str
             for i in pending.values():
                 write(out, lock, {"op": "lost", "worker": i, "error": f"no answer within {STOP_GRACE_S:g} s of the stop"})
             break
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.1)
         for ref in ready:
             i = pending.pop(ref)
             try:

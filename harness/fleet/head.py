@@ -130,6 +130,10 @@ class Fleet:
             with contextlib.suppress(OSError, RuntimeError):
                 self._send({"op": "stop"})
 
+    def signal(self, name: str) -> None:
+        """Every worker's ``sink.signal(name)`` is set (a share waiting on the head)."""
+        self._send({"op": "signal", "name": name})
+
     async def run(self, entry: str, jobs: list[Any], t0: float, on_batch: Callable[[WorkerInfo, Batch], Awaitable[None]]) -> None:
         assert len(jobs) == len(self.workers)
         self._send({"op": "run", "entry": entry, "jobs": jobs, "t0": t0})
