@@ -19,6 +19,7 @@ import collections
 import itertools
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,29 @@ class _CountingReader(asyncio.StreamReader):
     @property
     def buffer(self) -> bytearray:
         return self._buffer  # emptied and refilled in place, never replaced
+
+
+_recv = threading.local()  # each thread's receive buffer (an event loop runs in one thread)
+RECV_BYTES = 256 * 1024  # what the selector transport asks recv() for
+
+
+class _BufferedStreamProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
+    """A StreamReaderProtocol the transport reads into through one buffer
+    per thread (recv_into), instead of recv(256 KiB): a fresh 256 KiB bytes
+    per read is an mmap and munmap for glibc's malloc, ~25 us a read when a
+    frame is 100 bytes (issue 25: 29 us against 4.5 us a send+read on a
+    socketpair). Each read is copied into the stream reader's buffer before
+    the next read, on the same thread, can reuse it; reads are at most as
+    large as before, so the frames come out the same."""
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        view = getattr(_recv, "view", None)
+        if view is None:
+            view = _recv.view = memoryview(bytearray(RECV_BYTES))
+        return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(_recv.view[:nbytes])
 
 
 @dataclass(slots=True)
@@ -299,7 +323,7 @@ class KernelClient:
         """asyncio.open_(unix_)connection, with a reader that counts bytes."""
         loop = asyncio.get_running_loop()
         reader = _CountingReader(limit=self.protocol.max_frame, loop=loop)
-        proto = asyncio.StreamReaderProtocol(reader, loop=loop)
+        proto = _BufferedStreamProtocol(reader, loop=loop)
         if self.address.scheme == "unix":
             transport, _ = await loop.create_unix_connection(lambda: proto, sock=sock)
         else:
