@@ -1,0 +1,59 @@
+"""--fleet's forms, checked before anything starts (issue 25): each bad one
+is a usage error naming the value and the fix; a cluster off loopback needs
+--allow-remote naming its host; without Ray installed --fleet is exit 2
+naming the extra to install."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UsageError
+from harness.fleet import FLEET_EXTRA, FleetSpec, parse_fleet
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_forms():
+    assert parse_fleet("local:2") == FleetSpec("local", 2)
+    assert parse_fleet(" local:64 ").workers == 64
+    assert parse_fleet("ray://127.0.0.1:10001") == FleetSpec("cluster", None, "ray://127.0.0.1:10001")
+    assert parse_fleet("ray://localhost:10001", workers=4).workers == 4
+    assert parse_fleet("ray://[::1]:10001").kind == "cluster"
+    assert parse_fleet("auto").address == "auto"
+    assert parse_fleet("ray://10.0.0.5:10001", allow_remote=("10.0.0.5",)).address == "ray://10.0.0.5:10001"
+
+
+@pytest.mark.parametrize("text, workers, says", [
+    ("local:0", None, "1 to 64"),
+    ("local:65", None, "1 to 64"),
+    ("local:two", None, "use local:N"),
+    ("local:2", 3, "drop --fleet-workers"),
+    ("ray://127.0.0.1", None, "ray://HOST:PORT"),
+    ("ray://10.0.0.5:10001", None, "--allow-remote 10.0.0.5"),
+    ("ray://example.com:10001", None, "--allow-remote example.com"),
+    ("auto", 0, "1 to 4096"),
+    ("cluster", None, "use local:N"),
+])
+def test_bad_forms_name_the_value_and_the_fix(text, workers, says):
+    with pytest.raises(UsageError) as e:
+        parse_fleet(text, workers)
+    assert says in str(e.value) and "--fleet" in str(e.value)
+
+
+BLOCKED = "import sys; sys.modules['ray'] = None; from harness.__main__ import main; sys.exit(main())"
+
+
+def test_without_ray_fleet_is_exit_2_naming_the_extra(tmp_path):
+    """Ray blocked from import, as good as not installed: nothing starts, no run directory."""
+    r = subprocess.run([sys.executable, "-c", BLOCKED, "stress", "--fleet", "local:2", "--launch", "--out", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert FLEET_EXTRA in r.stderr and "optional extra" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+    # the same process without --fleet is not affected
+    ok = subprocess.run([sys.executable, "-c", BLOCKED, "stress", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "--fleet" in ok.stdout
