@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -136,6 +137,8 @@ def _access_params(multi: bool = False) -> list[click.Parameter]:
         click.Option(["--tools", "tools_file"], type=click.Path(dir_okay=False, path_type=Path), help="Tool catalog: the sandbox mock's with --launch, the one to judge by with --socket."),
         click.Option(["--mock", "mock_addr"], help="With --socket or --url: the mock the kernel talks to (unix:PATH or http://127.0.0.1:PORT), asked for each turn's verdict; needed unless kstress and the mock share KSTRESS_VERDICT_KEY."),
         click.Option(["--url"], metavar="URL", help="An agent already running on loopback, driven over the protocol --protocol names (agui, a2a, openai-chat, openai-responses), e.g. http://127.0.0.1:8000/agui; with --mock."),
+        click.Option(["--allow-remote", "allow_remote"], multiple=True, metavar="HOST",
+                     help="Aim the load off loopback on purpose: a --socket, --url or --mock on HOST, or a --fleet cluster there, is allowed (repeatable; nothing else is)."),
         *_target_params(multi),
         click.Argument(["extra"], nargs=-1),
     ]
@@ -374,7 +377,12 @@ def _kernels(launch, tools_file, target_files, bins, weights, *rest):
     return settings, tuple(names), check_weights(tuple(weights), names)
 
 
-def _access(launch, state, socket, token, tools_file, mock_addr, url, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs, weights=None):
+def _access(launch, state, socket, token, tools_file, mock_addr, url, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs, allow_remote=(), weights=None):
+    return replace(_access_of(launch, state, socket, token, tools_file, mock_addr, url, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms,
+                              ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs, weights), allow_remote=tuple(allow_remote))
+
+
+def _access_of(launch, state, socket, token, tools_file, mock_addr, url, target_file, bin_, args, extra, protocol, listen, mechanism, tool_ms, mixed_ms, ttft_ms, chunk_delay_ms, llm_api, env_pairs, contract_pairs, weights=None):
     from ..judge.contract import OTHER, merged
     from ..sandbox.sut import Access
 
@@ -433,7 +441,7 @@ def _access(launch, state, socket, token, tools_file, mock_addr, url, target_fil
                   contract_pairs=tuple(contract_pairs), mock=mock_addr, url=url)
 
 
-_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "url", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms", "ttft_ms", "chunk_delay_ms", "llm_api", "env_pairs", "contract_pairs")
+_ACCESS_ARGS = ("launch", "state", "socket", "token", "tools_file", "mock_addr", "url", "target_file", "bin_", "args", "extra", "protocol", "listen", "mechanism", "tool_ms", "mixed_ms", "ttft_ms", "chunk_delay_ms", "llm_api", "env_pairs", "contract_pairs", "allow_remote")
 _CLICK_TYPES = {int: int, float: FINITE, str: str, Path: GivenPath(path_type=Path)}
 
 

@@ -30,9 +30,10 @@ class FleetSpec:
         return {"address": self.text, "kind": self.kind, "workers": self.workers}
 
 
-def parse_fleet(text: str, workers: int | None = None, allow_remote: tuple[str, ...] = ()) -> FleetSpec:
+def parse_fleet(text: str, workers: int | None = None, allow_remote: tuple[str, ...] | None = ()) -> FleetSpec:
     """``local:N``, ``ray://HOST:PORT`` or ``auto``; a usage error naming the
-    forms otherwise, and one naming the extra when Ray is not installed."""
+    forms otherwise, and one naming the extra when Ray is not installed.
+    ``allow_remote`` None: the form only, the host is checked later."""
     text = text.strip()
     forms = "local:N (N workers here), ray://HOST:PORT or auto (a running Ray cluster)"
     m = re.fullmatch(r"local:(\d+)", text)
@@ -49,7 +50,7 @@ def parse_fleet(text: str, workers: int | None = None, allow_remote: tuple[str, 
             if not m:
                 raise UsageError(f"--fleet {text}: a cluster is named ray://HOST:PORT (its Ray client server, port 10001 by default); or use {forms}")
             host = m.group(1).strip("[]")
-            if not _is_loopback(host) and host not in allow_remote:
+            if allow_remote is not None and not _is_loopback(host) and host not in allow_remote:
                 raise UsageError(f"--fleet {text}: {host} is not a loopback address; kstress keeps its traffic on loopback unless a host "
                                  f"is named: add --allow-remote {host} to drive from a cluster there")
         if workers is not None and not 1 <= workers <= 4096:

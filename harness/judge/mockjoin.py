@@ -14,6 +14,7 @@ batch over the sandbox's unix socket, not one per turn.
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 import json
 from typing import Any
 
@@ -24,11 +25,13 @@ QUERY_LIMIT = 10_000  # the mock's own limit per request
 TIMEOUT_S = 10.0
 
 
-def check_mock_address(addr: str) -> str:
+def check_mock_address(addr: str, allow: tuple[str, ...] = ()) -> str:
     if addr.startswith("unix:") and len(addr) > 5:
         return addr
     if addr.startswith("http://127.") or addr.startswith("http://localhost") or addr.startswith("http://[::1]"):
         return addr.rstrip("/")
+    if allow and urllib.parse.urlsplit(addr).scheme == "http" and urllib.parse.urlsplit(addr).hostname in allow:
+        return addr.rstrip("/")  # off loopback, named on purpose with --allow-remote
     raise UsageError(f"--mock {addr!r}: give the mock's unix socket (unix:PATH) or a loopback URL (http://127.0.0.1:PORT); traffic stays on loopback")
 
 

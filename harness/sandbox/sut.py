@@ -117,6 +117,8 @@ class Access:
     more: tuple[LaunchSettings, ...] = ()
     names: tuple[str, ...] = ()  # every kernel's name, `launch` first (only with `more`)
     weights: tuple[float, ...] = ()  # the load's split, one per kernel (only with `more`)
+    # hosts off loopback the user named with --allow-remote: a target, its mock or a fleet's cluster there is allowed
+    allow_remote: tuple[str, ...] = ()
 
     @property
     def kernels(self) -> int:
@@ -195,7 +197,7 @@ class Target:
             if is_agent_protocol(a.protocol):
                 raise UsageError(f"--protocol {a.protocol} is an agent protocol, served over HTTP: give the agent's URL with --url, "
                                  f"not --socket {a.socket} (which takes a protocol v1 kernel, or an adapter module:Class)")
-            self.address = Address("unix", path=str(a.socket)) if isinstance(a.socket, Path) else parse_address(a.socket)
+            self.address = Address("unix", path=str(a.socket)) if isinstance(a.socket, Path) else parse_address(a.socket, allow=a.allow_remote)
             self.socket, self.token = str(self.address), a.token
             self.protocol = load_protocol(a.protocol)
             if a.tools:
@@ -204,7 +206,7 @@ class Target:
                 check_socket_path(Path(self.address.path))
             # a bare socket: no knowing what kernel it is; it declares what it has
             self.contract = merged(OTHER, None, a.contract_pairs)
-            self.mock_address = check_mock_address(a.mock) if a.mock else None
+            self.mock_address = check_mock_address(a.mock, a.allow_remote) if a.mock else None
             self._require_authentication(f"--socket {self.socket}", "kernel", "unix:PATH or http://127.0.0.1:PORT")
             self.meta = {"name": "socket", "socket": self.socket, "transport": self.address.scheme, "launched": False}
         else:
@@ -239,6 +241,8 @@ class Target:
             self.meta["label"] = self.label
         if self.kernel:
             self.meta["kernel"] = self.kernel
+        if a.allow_remote:
+            self.meta["allow_remote"] = list(a.allow_remote)
         self.meta["contract"] = self.contract.to_json()
         self.meta["workload"] = self._workload()
         self._prepared = True
@@ -268,13 +272,13 @@ class Target:
                 f"--url {a.url} needs --protocol naming what the agent serves there: one of {', '.join(AGENT_PROTOCOLS)} "
                 f"(a protocol v1 kernel is given with --socket)"
             )
-        self.address = check_agent_url(a.url)
+        self.address = check_agent_url(a.url, allow=a.allow_remote)
         self.driver = agent_driver(name, a.url)
         self.socket, self.token = self.driver.url, None
         if a.tools:
             self.catalog = load_catalog_file(a.tools, "--tools")
         self.contract = merged(OTHER, None, a.contract_pairs)
-        self.mock_address = check_mock_address(a.mock) if a.mock else None
+        self.mock_address = check_mock_address(a.mock, a.allow_remote) if a.mock else None
         self._require_authentication(f"--url {a.url}", "agent", "http://127.0.0.1:PORT, as `kstress mock` prints it")
         self.meta = {"name": "url", "url": self.driver.url, "protocol": name, "socket": self.driver.url, "transport": "http", "launched": False}
 

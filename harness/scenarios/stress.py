@@ -159,7 +159,7 @@ class StressSettings:
             raise UsageError(f"--interrupt-marker {self.interrupt_marker!r}: {exc}") from None
         check_mix_markers(self.thresholds, [m for m, _ in mix] + ([self.interrupt_marker] if self.interrupts else []))
         if self.fleet is not None:
-            parse_fleet(self.fleet, self.fleet_workers)
+            parse_fleet(self.fleet, self.fleet_workers, allow_remote=None)  # the host is checked with the access's --allow-remote
             check_fleet(self)
         elif self.fleet_workers is not None:
             raise UsageError(f"--fleet-workers {self.fleet_workers} without --fleet: name the cluster, e.g. --fleet ray://127.0.0.1:10001")
@@ -751,7 +751,7 @@ async def run_stress(settings: StressSettings, access: Access) -> RunResult:
             of = f" of {t.kernel}" if many else ""
             raise UsageError(f"--interrupts {settings.interrupts:g}: the kernel's contract{of} says interrupts=false; drop --interrupts, or declare --contract interrupts=true")
     weights = access.weights if many else ()
-    fleet = parse_fleet(settings.fleet, settings.fleet_workers) if settings.fleet else None
+    fleet = parse_fleet(settings.fleet, settings.fleet_workers, access.allow_remote) if settings.fleet else None
     shares = check_split("connections", settings.conns, weights, access.names, "--conns") if many else [settings.conns]
 
     async def body(run: Run) -> None:

@@ -66,7 +66,7 @@ def is_agent_protocol(name: str | None) -> bool:
     return name in AGENT_PROTOCOLS
 
 
-def check_agent_url(url: str, flag: str = "--url") -> Address:
+def check_agent_url(url: str, flag: str = "--url", allow: tuple[str, ...] = ()) -> Address:
     """An agent's URL: http on a loopback host with a port, as an Address
     (tcp) to dial; a UsageError naming the value, the rule and the fix."""
     if not isinstance(url, str) or not url:
@@ -82,17 +82,19 @@ def check_agent_url(url: str, flag: str = "--url") -> Address:
         raise UsageError(f"{flag} {url}: the port is invalid: use 1 to 65535") from None
     if not host:
         raise UsageError(f"{flag} {url}: no host; an agent URL is http://127.0.0.1:PORT/PATH")
-    if host.lower() == "localhost":
+    if host in allow:
+        pass  # off loopback, named on purpose with --allow-remote
+    elif host.lower() == "localhost":
         host = "127.0.0.1"  # not resolved: a name could say anything
     else:
         try:
             ip = ipaddress.ip_address(host)
         except ValueError:
             raise UsageError(f"{flag} {url}: {host!r} is not a loopback address (no name but localhost is accepted); "
-                             "kstress keeps its traffic on loopback: use 127.0.0.1, localhost or [::1]") from None
+                             f"kstress keeps its traffic on loopback: use 127.0.0.1, localhost or [::1], or aim the load there on purpose with --allow-remote {host}") from None
         if not ip.is_loopback:
             raise UsageError(f"{flag} {url}: {host} is not a loopback address; kstress keeps its traffic on loopback: "
-                             "use 127.0.0.1, localhost or [::1] (for an agent on another machine, run kstress there)")
+                             f"use 127.0.0.1, localhost or [::1], or aim the load at that machine on purpose with --allow-remote {host}")
         host = str(ip)
     if port is None:
         raise UsageError(f"{flag} {url}: no port; an agent URL names its port, e.g. http://127.0.0.1:8000/agui")

@@ -99,9 +99,10 @@ _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _HOSTPORT_RE = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:/\[\]\s]*))(?::(?P<port>[^/]*))?(?P<path>/.*)?", re.S)
 
 
-def parse_address(text: str, flag: str = "--socket") -> Address:
+def parse_address(text: str, flag: str = "--socket", allow: tuple[str, ...] = ()) -> Address:
     """One of the forms in the module docstring, or a UsageError naming the
-    form that was meant and what is wrong with it."""
+    form that was meant and what is wrong with it. ``allow``: hosts off
+    loopback the user named with --allow-remote."""
     if not isinstance(text, str) or not text:
         raise UsageError(f"{flag} {text!r} is empty; use {FORMS}")
     m = _SCHEME_RE.match(text)
@@ -134,16 +135,19 @@ def parse_address(text: str, flag: str = "--socket") -> Address:
         raise UsageError(f"{flag} {text}: tcp:HOST:PORT takes no path (a path is for ws://HOST:PORT/PATH)")
     if path is not None and any(c.isspace() for c in path):
         raise UsageError(f"{flag} {text}: the WebSocket path {path!r} holds whitespace")
-    return Address(scheme, host=_loopback(host, text, flag), port=int(hp["port"]), url_path=path or "/")
+    return Address(scheme, host=_loopback(host, text, flag, allow), port=int(hp["port"]), url_path=path or "/")
 
 
 def _example(scheme: str) -> str:
     return "tcp:127.0.0.1:8765" if scheme == "tcp" else "ws://127.0.0.1:8765/kernel"
 
 
-def _loopback(host: str, text: str, flag: str) -> str:
+def _loopback(host: str, text: str, flag: str, allow: tuple[str, ...] = ()) -> str:
     """The host as an address to connect to, which must be a loopback one:
-    the harness's traffic never leaves the machine."""
+    the harness's traffic never leaves the machine -- unless the user named
+    this very host with --allow-remote."""
+    if host in allow:
+        return host
     if host.lower() == "localhost":
         return "127.0.0.1"  # not resolved: a name could say anything
     try:
@@ -151,12 +155,12 @@ def _loopback(host: str, text: str, flag: str) -> str:
     except ValueError:
         raise UsageError(
             f"{flag} {text}: {host!r} is not a loopback address (no name but localhost is accepted); "
-            "kstress keeps its traffic on loopback: use 127.0.0.1, localhost or [::1]"
+            f"kstress keeps its traffic on loopback: use 127.0.0.1, localhost or [::1], or aim the load there on purpose with --allow-remote {host}"
         ) from None
     if not ip.is_loopback:
         raise UsageError(
             f"{flag} {text}: {host} is not a loopback address; kstress keeps its traffic on loopback: "
-            "use 127.0.0.1, localhost or [::1] (for a kernel on another machine, run kstress there)"
+            f"use 127.0.0.1, localhost or [::1], or aim the load at that machine on purpose with --allow-remote {host}"
         )
     return str(ip)
 

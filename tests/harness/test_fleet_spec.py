@@ -57,3 +57,33 @@ def test_without_ray_fleet_is_exit_2_naming_the_extra(tmp_path):
     # the same process without --fleet is not affected
     ok = subprocess.run([sys.executable, "-c", BLOCKED, "stress", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "--fleet" in ok.stdout
+
+
+def test_a_host_off_loopback_is_allowed_only_when_named():
+    """--allow-remote HOST opens that host, and only it, to --socket, --url
+    and --mock (unit level: no test sends a byte off loopback)."""
+    from harness.judge.mockjoin import check_mock_address
+    from harness.wire.agents import check_agent_url
+    from harness.wire.transport import parse_address
+
+    for bad in (lambda a: parse_address("tcp:198.51.100.7:9", allow=a), lambda a: parse_address("ws://198.51.100.7:9/k", allow=a),
+                lambda a: check_agent_url("http://198.51.100.7:8000/agui", allow=a)):
+        with pytest.raises(UsageError, match=r"--allow-remote 198\.51\.100\.7"):
+            bad(())
+        with pytest.raises(UsageError, match=r"--allow-remote 198\.51\.100\.7"):
+            bad(("198.51.100.8",))  # another host named does not open this one
+        assert bad(("198.51.100.7",)).host == "198.51.100.7"
+    with pytest.raises(UsageError, match="loopback"):
+        check_mock_address("http://198.51.100.7:9")
+    assert check_mock_address("http://198.51.100.7:9/", ("198.51.100.7",)) == "http://198.51.100.7:9"
+    assert parse_fleet("ray://kernels.example:10001", allow_remote=("kernels.example",)).kind == "cluster"
+
+
+def test_the_cli_refuses_a_remote_target_before_anything_starts(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "harness", "stress", "--socket", "tcp:198.51.100.7:9", "--mock", "http://127.0.0.1:1", "--out", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--allow-remote 198.51.100.7" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "harness", "stress", "--fleet", "ray://198.51.100.7:10001", "--launch", "--out", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--allow-remote 198.51.100.7" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
