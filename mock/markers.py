@@ -358,6 +358,10 @@ class Plan:
         return self.kind == "err"
 
 
+# a text plan's fields but its nonce, in their order (_text_plan)
+_TEXT_PLAN = dict(vars(Plan(kind="text", nonce="")))
+
+
 def find_nonce(text: str) -> str | None:
     found = _NONCE_RE.findall(text)
     return found[-1] if found else None
@@ -456,6 +460,8 @@ def build_plan(
     """Derive the reply plan from a user message. Deterministic: the mock calls
     it again on the follow-up request to know what it sent."""
     nonce = nonce_for(text)
+    if "!" not in text:  # no marker can be in it (each starts with one): most inputs of a load
+        return _text_plan(nonce)
     marker, fault_marker = parse_markers(text)
     if fault_marker is not None:
         if marker is not None and marker.name in ("err", "hang"):
@@ -468,9 +474,20 @@ def build_plan(
     return _plan_of(marker, nonce, catalog, tool_ms, mixed_ms)
 
 
+def _text_plan(nonce: str) -> Plan:
+    """``Plan(kind="text", nonce=nonce)``, equal in every way, made without
+    the frozen dataclass's __init__ (a setattr per field): 1.5 against 4.3 us
+    here, and the harness builds one plan per turn to judge it (issue 25)."""
+    plan = object.__new__(Plan)
+    fields = _TEXT_PLAN.copy()
+    fields["nonce"] = nonce
+    object.__setattr__(plan, "__dict__", fields)
+    return plan
+
+
 def _plan_of(marker: Marker | None, nonce: str, catalog: Catalog, tool_ms: int, mixed_ms: int) -> Plan:
     if marker is None:
-        return Plan(kind="text", nonce=nonce)
+        return _text_plan(nonce)
     name = marker.name
     call = _call_maker(catalog, nonce)
     calls: list[Call] = []

@@ -460,7 +460,8 @@ def _text_failures(
     """A plain input's answer: its text verdict line, from the reply or the mock's record."""
     failures: list[str] = []
     said = parse_text_line(turn.reply)
-    recorded = parse_text_line((mock or {}).get("text_verdict") or "")
+    recorded_line = (mock or {}).get("text_verdict")
+    recorded = parse_text_line(recorded_line) if recorded_line else None  # none to read without a mock: no regex per turn
     fields["verdict_source"] = _source(said, recorded)
     if said is not None and recorded is not None and said.format() != recorded.format() and said.nonce == plan.nonce:
         failures.append(f"verdict_mismatch (the reply says {said.format()!r}, the mock recorded {recorded.format()!r})")
