@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from ..errors import UsageError
 from ..fleet import Fleet, FleetSpec, WorkerInfo
@@ -79,11 +79,16 @@ class WorkerRun(Run):
         self.dir.failure(entry_of(turn, v, row, mock, target.label))
 
 
-async def drive_fleet(run: Run, spec: FleetSpec, entry: str, settings: Any, targets: Sequence[Target], weights: tuple[float, ...] = ()) -> None:
+# a scenario's word on a worker's note (hold: every worker's connections are open -> signal "probe")
+OnNote = Callable[[Fleet, WorkerInfo, dict[str, Any]], Awaitable[None]]
+
+
+async def drive_fleet(run: Run, spec: FleetSpec, entry: str, settings: Any, targets: Sequence[Target], weights: tuple[float, ...] = (),
+                      on_note: OnNote | None = None) -> None:
     """Start the fleet, hand each worker its share (``entry``, a scenario's
     ``module:function`` a worker runs: ``share_targets`` opens what it
-    drives), record every batch; what each worker did goes in
-    run.extras["fleet"] on every path."""
+    drives), record every batch, pass each note a share sent to ``on_note``;
+    what each worker did goes in run.extras["fleet"] on every path."""
     views = [t.view() for t in targets]
     info: dict[str, Any] = run.extras.setdefault("fleet", spec.to_json())
     t_start = time.monotonic()
@@ -92,7 +97,7 @@ async def drive_fleet(run: Run, spec: FleetSpec, entry: str, settings: Any, targ
         n = len(fleet.workers)
         jobs = [{"settings": settings, "worker": i, "workers": n, "targets": views, "weights": weights, "run_t0": run.t0} for i in range(n)]
         head_t0 = time.monotonic() + START_AHEAD_S
-        merge = _Merge(run, targets)
+        merge = _Merge(run, targets, fleet, on_note)
         try:
             await fleet.run(entry, jobs, head_t0, merge.batch)
         finally:
@@ -108,8 +113,9 @@ class _Merge:
     directory, the rows, the progress line), the failure stories within the
     run's bound, and the target's life checked."""
 
-    def __init__(self, run: Run, targets: Sequence[Target]) -> None:
+    def __init__(self, run: Run, targets: Sequence[Target], fleet: Fleet | None = None, on_note: OnNote | None = None) -> None:
         self.run, self.targets = run, targets
+        self.fleet, self.on_note = fleet, on_note
         self.seconds = 0.0
         self.rows = 0
 
@@ -131,6 +137,9 @@ class _Merge:
             run.extras["failure_examples"] = f.summary()
         self.seconds += time.perf_counter() - t
         run.check_alive()  # a dead target or mock ends the run here, as between two local turns
+        if self.on_note is not None and self.fleet is not None:
+            for note in b.get("notes") or ():
+                await self.on_note(self.fleet, w, note)
 
 
 def _merge_extras(extras: dict[str, Any], parts: list[dict[str, Any]]) -> None:
@@ -141,10 +150,3 @@ def _merge_extras(extras: dict[str, Any], parts: list[dict[str, Any]]) -> None:
         for k, v in (p.get("capacity_errors") or {}).items():
             caps[k] = caps.get(k, 0) + v
     extras["capacity_errors"] = caps
-
-
-def check_fleet(settings: Any) -> None:
-    """What a fleet cannot drive yet, named before anything starts."""
-    if getattr(settings, "stages", ()) and getattr(settings, "rate", None) is None:
-        raise UsageError("--fleet with --stage in the closed model: a ramp of connections is not split over workers yet; "
-                         "drive the stages from one process (drop --fleet), or ramp a rate (--rate with --stage)")

@@ -119,7 +119,7 @@ def test_bad_kernel_flags_are_usage_errors(argv, words):
 
 
 def test_scenarios_without_several_kernels_keep_a_single_target_flag():
-    for name in ("batch", "abtest", "hold"):
+    for name in ("batch", "abtest"):
         cmd = kcli.scenario_command(REGISTRY[name])
         opts = {p.name: p for p in cmd.params}
         assert not opts["target_file"].multiple and not opts["bin_"].multiple and "weights" not in opts
