@@ -146,12 +146,18 @@ def arrival_offsets(ramp: Ramp, arrival: str, seed: int, limit: int) -> Iterator
 Worker = Callable[[int, Callable[[], bool]], Awaitable[None]]
 
 
-async def follow_level(ramp: Ramp, t0: float, worker: Worker, stop: asyncio.Event | None = None, tick_s: float = 0.05, max_workers: int = 20_000) -> int:
+async def follow_level(ramp: Ramp, t0: float, worker: Worker, stop: asyncio.Event | None = None, tick_s: float = 0.05, max_workers: int = 20_000,
+                       share: tuple[int, int] = (0, 1)) -> int:
     """Keep round(level(t)) workers running until the ramp ends. A worker is
     called with its id and ``keep_going()``; it sends one input at a time
     while that holds, and leaves after its current turn when the level falls
     (the newest leave first) or the ramp ends. Returns the number of workers
-    started. One worker's error cancels the others (a TaskGroup)."""
+    started. One worker's error cancels the others (a TaskGroup).
+
+    ``share`` (w, n): process w of a fleet of n runs the level's slots w,
+    w+n, ... -- of a level L, len(range(w, L, n)) of them; the fleet's
+    processes together follow the level as one would."""
+    w, n = share
     end = t0 + ramp.total_s
     active: list[int] = []
     leaving: set[int] = set()
@@ -165,7 +171,7 @@ async def follow_level(ramp: Ramp, t0: float, worker: Worker, stop: asyncio.Even
             now = time.monotonic()
             if now >= end or (stop is not None and stop.is_set()):
                 break
-            want = min(max_workers, int(ramp.level(now - t0) + 0.5))
+            want = min(max_workers, len(range(w, int(ramp.level(now - t0) + 0.5), n)))
             while len(active) < want:
                 wid = started
                 started += 1

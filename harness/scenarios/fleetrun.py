@@ -14,7 +14,6 @@ import contextlib
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
-from ..errors import UsageError
 from ..fleet import Fleet, FleetSpec, WorkerInfo
 from ..judge.forensics import Bounds, entry_of
 from ..judge.verdict import TurnVerdict, failure_name

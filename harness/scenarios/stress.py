@@ -29,7 +29,7 @@ from ..judge.verdict import failure_name
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, fleet_opt, fleet_workers_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..fleet import parse_fleet
-from .fleetrun import check_fleet, drive_fleet, share_targets
+from .fleetrun import drive_fleet, share_targets
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section, md_code, md_text
 from ..results.concurrency import finding_text
 from ..results.concurrency import summary as concurrency_summary
@@ -160,7 +160,6 @@ class StressSettings:
         check_mix_markers(self.thresholds, [m for m, _ in mix] + ([self.interrupt_marker] if self.interrupts else []))
         if self.fleet is not None:
             parse_fleet(self.fleet, self.fleet_workers, allow_remote=None)  # the host is checked with the access's --allow-remote
-            check_fleet(self)
         elif self.fleet_workers is not None:
             raise UsageError(f"--fleet-workers {self.fleet_workers} without --fleet: name the cluster, e.g. --fleet ray://127.0.0.1:10001")
 
@@ -341,7 +340,12 @@ class Load:
                     conns.create_task(self.closed_conn(c))
             self.workers = len(mine)
         else:
-            self.workers = await follow_level(self.ramp, self.t0, self.closed_conn, stop=self.full)
+            w, n = self.worker, self.workers_n
+
+            async def slot(wid: int, keep_going: Callable[[], bool]) -> None:
+                await self.closed_conn(wid * n + w, keep_going)  # this process's slot wid is the level's slot wid*n + w
+
+            self.workers = await follow_level(self.ramp, self.t0, slot, stop=self.full, share=(w, n))
 
     async def open_model(self) -> None:
         """Inputs scheduled by the rate (constant, or a Poisson process; along
