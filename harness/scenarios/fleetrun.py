@@ -14,6 +14,7 @@ import contextlib
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
+from ..errors import UsageError
 from ..fleet import Fleet, FleetSpec, WorkerInfo
 from ..judge.forensics import Bounds, entry_of
 from ..judge.verdict import TurnVerdict, failure_name
@@ -149,3 +150,10 @@ def _merge_extras(extras: dict[str, Any], parts: list[dict[str, Any]]) -> None:
         for k, v in (p.get("capacity_errors") or {}).items():
             caps[k] = caps.get(k, 0) + v
     extras["capacity_errors"] = caps
+
+
+def check_fleet(settings: Any) -> None:
+    """What a fleet cannot drive yet, named before anything starts."""
+    if getattr(settings, "stages", ()) and getattr(settings, "rate", None) is None:
+        raise UsageError("--fleet with --stage in the closed model: a ramp of connections is not split over workers yet; "
+                         "drive the stages from one process (drop --fleet), or ramp a rate (--rate with --stage)")
