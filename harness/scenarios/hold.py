@@ -57,7 +57,7 @@ class HoldSettings:
     def __post_init__(self) -> None:
         check_timeouts(self)
         if self.fleet is not None:
-            spec = parse_fleet(self.fleet, self.fleet_workers)
+            spec = parse_fleet(self.fleet, self.fleet_workers, allow_remote=None)  # the host is checked with the access's --allow-remote
         elif self.fleet_workers is not None:
             raise UsageError(f"--fleet-workers {self.fleet_workers} without --fleet: name the cluster, e.g. --fleet ray://127.0.0.1:10001")
         if self.conns < 1:
@@ -194,7 +194,7 @@ async def run_hold(settings: HoldSettings, access: Access) -> RunResult:
     many = len(targets) > 1
     weights = access.weights if many else ()
     shares = check_split("connections", settings.conns, weights, access.names, "--conns") if many else [settings.conns]
-    fleet = parse_fleet(settings.fleet, settings.fleet_workers) if settings.fleet else None
+    fleet = parse_fleet(settings.fleet, settings.fleet_workers, access.allow_remote) if settings.fleet else None
 
     async def body(run: Run) -> None:
         per_kernel = run.extras.get("kernels") or []
