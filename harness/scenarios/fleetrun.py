@@ -14,7 +14,6 @@ import contextlib
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
-from ..errors import UsageError
 from ..fleet import Fleet, FleetSpec, WorkerInfo
 from ..judge.forensics import Bounds, entry_of
 from ..judge.verdict import TurnVerdict, failure_name
@@ -84,18 +83,19 @@ OnNote = Callable[[Fleet, WorkerInfo, dict[str, Any]], Awaitable[None]]
 
 
 async def drive_fleet(run: Run, spec: FleetSpec, entry: str, settings: Any, targets: Sequence[Target], weights: tuple[float, ...] = (),
-                      on_note: OnNote | None = None) -> None:
+                      on_note: OnNote | None = None, job: dict[str, Any] | None = None) -> None:
     """Start the fleet, hand each worker its share (``entry``, a scenario's
     ``module:function`` a worker runs: ``share_targets`` opens what it
     drives), record every batch, pass each note a share sent to ``on_note``;
-    what each worker did goes in run.extras["fleet"] on every path."""
+    what each worker did goes in run.extras["fleet"] on every path. ``job``:
+    what a scenario's share needs besides (the same for every worker)."""
     views = [t.view() for t in targets]
     info: dict[str, Any] = run.extras.setdefault("fleet", spec.to_json())
     t_start = time.monotonic()
     async with Fleet(spec, run.dir.path / "fleet.log") as fleet:
         info.update(start_s=round(time.monotonic() - t_start, 3), ray_init_s=fleet.init_s)
         n = len(fleet.workers)
-        jobs = [{"settings": settings, "worker": i, "workers": n, "targets": views, "weights": weights, "run_t0": run.t0} for i in range(n)]
+        jobs = [{**(job or {}), "settings": settings, "worker": i, "workers": n, "targets": views, "weights": weights, "run_t0": run.t0} for i in range(n)]
         head_t0 = time.monotonic() + START_AHEAD_S
         merge = _Merge(run, targets, fleet, on_note)
         try:
@@ -150,10 +150,3 @@ def _merge_extras(extras: dict[str, Any], parts: list[dict[str, Any]]) -> None:
         for k, v in (p.get("capacity_errors") or {}).items():
             caps[k] = caps.get(k, 0) + v
     extras["capacity_errors"] = caps
-
-
-def check_fleet(settings: Any) -> None:
-    """What a fleet cannot drive yet, named before anything starts."""
-    if getattr(settings, "stages", ()) and getattr(settings, "rate", None) is None:
-        raise UsageError("--fleet with --stage in the closed model: a ramp of connections is not split over workers yet; "
-                         "drive the stages from one process (drop --fleet), or ramp a rate (--rate with --stage)")

@@ -34,7 +34,9 @@ from mock.markers import build_plan, session_nonce
 
 from ..wire.client import ConnError, KernelClient
 from ..errors import UsageError
-from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
+from .options import check_timeouts, connect_opt, fleet_opt, fleet_workers_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
+from ..fleet import FleetSpec, parse_fleet
+from .fleetrun import drive_fleet, share_targets
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section, md_code, md_text
 from ..results.comparison import SHAPE, CompareSpec
 from ..results.rundir import Check
@@ -69,9 +71,15 @@ class SessionsSettings:
     quiet: bool = quiet_opt()
     thresholds: tuple[str, ...] = threshold_opt()
     metrics_port: int | None = metrics_opt()
+    fleet: str | None = fleet_opt()
+    fleet_workers: int | None = fleet_workers_opt()
 
     def __post_init__(self) -> None:
         check_timeouts(self)
+        if self.fleet is not None:
+            parse_fleet(self.fleet, self.fleet_workers, allow_remote=None)  # the host is checked with the access's --allow-remote
+        elif self.fleet_workers is not None:
+            raise UsageError(f"--fleet-workers {self.fleet_workers} without --fleet: name the cluster, e.g. --fleet ray://127.0.0.1:10001")
         if not 1 <= self.sessions <= 10_000:
             raise UsageError(f"--sessions {self.sessions} is invalid: use 1 to 10000")
         if not 1 <= self.turns <= 1000:
@@ -117,7 +125,8 @@ async def run_sessions(settings: SessionsSettings, access: Access) -> RunResult:
         t.prepare()
     session_kernel, kernel_conns = _spread(settings, access, len(targets))
     run_tag = "r" + os.urandom(3).hex()
-    load = _SessionLoad(settings, access, targets, session_kernel, kernel_conns, run_tag, parse_mix(settings.mix))
+    fleet = parse_fleet(settings.fleet, settings.fleet_workers, access.allow_remote) if settings.fleet else None
+    load = _SessionLoad(settings, access.weights, targets, session_kernel, kernel_conns, run_tag, parse_mix(settings.mix), fleet=fleet)
     return await run_scenario(SCENARIO, settings, targets, load.body, total=None if settings.timed else settings.sessions * settings.turns)
 
 
@@ -137,9 +146,13 @@ class _SessionLoad:
     """One sessions run's load: the connections the sessions share, the
     sessions themselves, and the shape's slots that start them one after another."""
 
-    def __init__(self, settings: SessionsSettings, access: Access, targets: list[Target], session_kernel: list[int], kernel_conns: list[int], run_tag: str, mix: tuple[tuple[str, int], ...]) -> None:
+    def __init__(self, settings: SessionsSettings, weights: tuple[float, ...], targets: list[Target], session_kernel: list[int], kernel_conns: list[int], run_tag: str,
+                 mix: tuple[tuple[str, int], ...], fleet: FleetSpec | None = None, share: tuple[int, int] = (0, 1)) -> None:
         self.s = settings
-        self.access = access
+        self.weights_k = weights
+        self.fleet = fleet
+        # a fleet worker's share: sessions w, w+n, ... of the run, on connections of its own
+        self.worker, self.workers_n = share
         self.targets = targets
         self.many = len(targets) > 1
         self.session_kernel = session_kernel
@@ -151,7 +164,11 @@ class _SessionLoad:
     async def body(self, run: Run) -> None:
         self.open(run)
         try:
-            await self.drive()
+            if self.fleet is not None:
+                job = {"run_tag": self.run_tag, "session_kernel": self.session_kernel, "kernel_conns": self.kernel_conns}
+                await drive_fleet(run, self.fleet, "harness.scenarios.sessions:fleet_share", self.s, self.targets, self.weights_k, job=job)
+            else:
+                await self.drive()
         finally:
             await self.close()
 
@@ -167,7 +184,7 @@ class _SessionLoad:
         self.locks = [asyncio.Lock() for _ in self.conns]
         self.per_kernel = run.extras.get("kernels") or []
         for i, k in enumerate(self.per_kernel):
-            k.update(weight=self.access.weights[i], conns=kernel_conns[i], sessions=self.session_kernel.count(i), memory={"rss_before_mb": tree_rss_mb(targets[i].target_pid)})
+            k.update(weight=self.weights_k[i], conns=kernel_conns[i], sessions=self.session_kernel.count(i), memory={"rss_before_mb": tree_rss_mb(targets[i].target_pid)})
         if not self.many:
             run.extras["memory"] = {"rss_before_mb": tree_rss_mb(targets[0].target_pid)}
         self.t0 = time.monotonic()
@@ -177,14 +194,21 @@ class _SessionLoad:
         self.max_sessions = MAX_TURNS // self.s.turns  # every load loop is bounded
         self.full = asyncio.Event()
 
-    async def drive(self) -> None:
-        """The sessions: all of --sessions at once, or as many as the shape's level at each moment."""
+    async def drive(self, t0: float | None = None) -> None:
+        """The sessions: all of --sessions at once, or as many as the shape's
+        level at each moment (a fleet worker: its share of them, from the
+        fleet's common ``t0``)."""
+        if t0 is not None:
+            self.t0 = t0
+            self.warm_until = t0 + self.s.warmup_s if self.s.warmup_s else None
+            if t0 > time.monotonic():
+                await asyncio.sleep(t0 - time.monotonic())  # the fleet's common start
         ramp = self.s.ramp()
         if ramp is not None:
-            await follow_level(ramp, self.t0, self.worker, stop=self.full)
+            await follow_level(ramp, self.t0, self.slot, stop=self.full, share=(self.worker, self.workers_n))
         else:
             async with asyncio.TaskGroup() as tg:
-                for k in range(self.s.sessions):
+                for k in range(self.worker, self.s.sessions, self.workers_n):
                     tg.create_task(self.session(k))
 
     async def close(self) -> None:
@@ -234,7 +258,8 @@ class _SessionLoad:
             run.check_alive()
             marker = rng.choices(self.markers, self.weights)[0]
             marker = "" if marker == "text" else marker
-            ci = self.base[ki] + (local + (t - 1 if s.reconnect else 0)) % self.kernel_conns[ki]
+            # a fleet worker holds 1/n of the connections and of the sessions: as many sessions share each
+            ci = self.base[ki] + (local // self.workers_n + (t - 1 if s.reconnect else 0)) % self.kernel_conns[ki]
             labels: dict[str, Any] = dict(kind="session", session=sid, turn=t, conn=ci)
             if self.warm_until is not None and time.monotonic() < self.warm_until:
                 labels["warmup"] = True
@@ -249,14 +274,32 @@ class _SessionLoad:
             if not v.passed:
                 return  # the kernel keeps no failed turn: every later one would fail for it too
 
-    async def worker(self, _wid: int, keep_going: Callable[[], bool]) -> None:
-        """A slot of the shape: one session after another while it lasts."""
+    async def slot(self, _wid: int, keep_going: Callable[[], bool]) -> None:
+        """A slot of the shape: one session after another while it lasts (a
+        fleet worker's sessions are w, w+n, ...: disjoint from the others')."""
         while keep_going():
-            if self.next_id >= self.max_sessions:
+            k = self.next_id * self.workers_n + self.worker
+            if k >= self.max_sessions:
                 self.full.set()
                 return
-            k, self.next_id = self.next_id, self.next_id + 1
+            self.next_id += 1
             await self.session(k, keep_going)
+
+
+async def fleet_share(job: dict[str, Any], sink: Any, t0: float) -> dict[str, Any]:
+    """A fleet worker's sessions (harness/fleet/actor.py runs it): its share,
+    on connections of its own -- sessions interleave on a connection only
+    with the sessions of the same worker."""
+    s, w, n = job["settings"], job["worker"], job["workers"]
+    conns = [max(1, len(range(w, c, n))) for c in job["kernel_conns"]]  # its part of each kernel's connections
+    async with share_targets(job, sink) as run:
+        load = _SessionLoad(s, job["weights"], run.targets, job["session_kernel"], conns, job["run_tag"], parse_mix(s.mix), share=(w, n))
+        load.open(run)
+        try:
+            await load.drive(t0)
+        finally:
+            await load.close()
+    return {"reconnects": run.extras.get("reconnects", 0)}
 
 
 def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:

@@ -141,3 +141,18 @@ def test_ctrl_c_stops_every_worker_and_writes_the_merged_results(cli):
     assert doc["status"] == "interrupted" and doc["summary"]["turns_recorded"] == len(rows) >= 50
     assert {w["state"] for w in doc["extras"]["fleet"]["workers"]} <= {"stopped", "done"}
     wait_until(lambda: ray_left() == [], timeout=30, what="every Ray process gone")
+
+
+def test_sessions_on_a_fleet_keep_their_histories_and_crosstalk_is_caught(cli):
+    base = ("sessions", "--fleet", "local:2", "--launch", "--sessions", "16", "--turns", "4", "--quiet", "--out", str(cli.out))
+    r = cli.run(*base, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc, rows = loaded(run_dir(r))
+    assert doc["summary"]["attempted"] == 64 and Counter(x["worker"] for x in rows) == {0: 32, 1: 32}
+    # a session's turns all come from one worker: its history is one process's to carry
+    assert all(len({x["worker"] for x in rows if x["session"] == s}) == 1 for s in {x["session"] for x in rows})
+    bad = cli.run(*base, "--arg=--fault", "--arg=session-crosstalk", timeout=300)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    bdoc, _ = loaded(run_dir(bad))
+    assert [c["passed"] for c in bdoc["checks"] if c["name"] == "every session kept its own history"] == [False]
+    assert ray_left() == []
