@@ -37,7 +37,7 @@ def encode_row(row: dict[str, Any]) -> bytes:
     """One turns.jsonl line. orjson refuses what the stdlib accepts (a lone
     surrogate a kernel sent, an int past 64 bits): those rows take the stdlib."""
     try:
-        return orjson.dumps(row) + b"\n"
+        return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)  # no copy to add the newline
     except TypeError:
         return _std_encode(row).encode("utf-8", "backslashreplace") + b"\n"
 KNOWN_SCHEMAS = (SCHEMA,)

@@ -19,6 +19,7 @@ import collections
 import itertools
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -239,6 +240,32 @@ def failed_turn(marker: str, exc: "ConnError") -> Turn:
     return turn
 
 
+_LONG_DIGITS = re.compile(rb"\d{19}").search
+
+
+def _parse_v1(line: bytes) -> dict[str, Any]:
+    """One protocol v1 line as Protocol.read_frame parses it, with orjson
+    first: json.loads was ~6% of the driver's load phase through an instant
+    kernel (issue 25, py-spy). What orjson refuses (NaN, a lone surrogate, not
+    UTF-8) the stdlib parses as before, or refuses with the same error; so
+    does a line with a run of 19 digits or more, where orjson would read an
+    int past 64 bits as a float."""
+    frame = None
+    if not _LONG_DIGITS(line):
+        try:
+            frame = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    if frame is None:  # (a line that is JSON null is parsed twice, and refused as before)
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            raise ProtocolError(f"kernel sent a line that is not JSON: {line[:120]!r}") from None
+    if not isinstance(frame, dict):
+        raise ProtocolError(f"kernel sent a JSON value that is not an object: {line[:120]!r}")
+    return frame
+
+
 class KernelClient:
     """``async with KernelClient(address, token) as c: turn = await c.turn("!batch4")``
 
@@ -402,35 +429,20 @@ class KernelClient:
         reader, buf = self._reader, self._rbuf
         assert reader is not None
         before = reader.received - len(buf)
-        frame = await (self._read_v1(reader) if self._v1_lines else self.protocol.read_frame(reader))
+        if self._v1_lines:  # Protocol.read_frame, inline: one coroutine a frame fewer
+            try:
+                line: bytes | None = await reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as exc:
+                line = exc.partial if exc.partial.strip() else None
+            except asyncio.LimitOverrunError:
+                raise ProtocolError(f"kernel sent a frame over {self.protocol.max_frame} bytes without a newline") from None
+            frame = None if line is None else _parse_v1(line)
+        else:
+            frame = await self.protocol.read_frame(reader)
         self._size = reader.received - len(buf) - before
         if frame is None:
             self._eof = True
             raise EOFError("kernel closed the connection")
-        return frame
-
-    async def _read_v1(self, reader: asyncio.StreamReader) -> dict[str, Any] | None:
-        """Protocol.read_frame, with orjson first: json.loads was ~6% of the
-        driver's load phase through an instant kernel (issue 25, py-spy). What
-        orjson refuses (NaN, an int past 64 bits, a lone surrogate, not
-        UTF-8) the stdlib parses as before, or refuses with the same error."""
-        try:
-            line = await reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial.strip():
-                return None
-            line = exc.partial
-        except asyncio.LimitOverrunError:
-            raise ProtocolError(f"kernel sent a frame over {self.protocol.max_frame} bytes without a newline") from None
-        try:
-            frame = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            try:
-                frame = json.loads(line)
-            except ValueError:
-                raise ProtocolError(f"kernel sent a line that is not JSON: {line[:120]!r}") from None
-        if not isinstance(frame, dict):
-            raise ProtocolError(f"kernel sent a JSON value that is not an object: {line[:120]!r}")
         return frame
 
     async def _ws_send(self, frame: dict[str, Any]) -> None:
@@ -552,7 +564,7 @@ class KernelClient:
             # the connection's lazy timer unless another task is collecting on it
             async with (dl.until(at) if dl.task is None else asyncio.timeout_at(at)):
                 while turn.outcome == "pending":
-                    stashed = self._unstash(key)  # read for us by another reader
+                    stashed = self._unstash(key) if self._stash else None  # read for us by another reader
                     if stashed:
                         for t, frame, size in stashed:
                             self._apply(turn, t, frame, classify(frame)[0], size)
