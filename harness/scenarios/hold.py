@@ -216,10 +216,7 @@ async def run_hold(settings: HoldSettings, access: Access) -> RunResult:
             try:
                 await drive_fleet(run, fleet, "harness.scenarios.hold:fleet_share", settings, targets, weights, on_note=head.on_note)
             except KstressError as exc:
-                missing = [w for w in range(head.n) if w not in head.opened]
-                if head.n and missing and not isinstance(exc, UsageError):
-                    raise InfraError(f"hold --fleet: worker(s) {', '.join(map(str, missing))} never said their connections were open: {exc}") from exc
-                raise
+                raise head.named(exc) from exc
             finally:
                 parts = [{**head.opened[w], "worker": w, "held_at_probe": head.probed.get(w)} for w in sorted(head.opened)]
                 counts = head.counts
@@ -261,6 +258,14 @@ class _Head:
             self.probed[w.index] = note["held_at_probe"]
             if len(self.probed) == self.n:
                 fleet.signal("release")
+
+    def named(self, exc: KstressError) -> KstressError:
+        """A fleet's failure, naming the workers that never said their
+        connections were open (their siblings gave up waiting on them)."""
+        missing = [w for w in range(self.n) if w not in self.opened]
+        if not missing or isinstance(exc, UsageError):
+            return exc
+        return InfraError(f"hold --fleet: worker(s) {', '.join(map(str, missing))} never said their connections were open: {exc}")
 
     async def _count(self, target: Target) -> int | None:
         """The kernel's connections, less the one the head asks on."""
