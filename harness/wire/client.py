@@ -403,10 +403,14 @@ class KernelClient:
 
     def _write(self, frame: dict[str, Any]) -> bool:
         """Write one frame on the byte stream. True when the transport holds
-        none of it and is not closing: then drain() cannot wait (its protocol is
-        paused only while the buffer is past its low-water mark), and an input
-        needs no deadline around it: that asyncio.timeout was ~6% of the
-        driver's load phase through an instant kernel (issue 25, py-spy)."""
+        none of it and is not closing: then the input is sent, and drain()
+        would return without a wait or an error (its protocol is paused only
+        while the buffer is past its low-water mark; the reader's exception and
+        a lost connection come with connection_lost, which a transport calls
+        only once it is closing), so send() neither drains nor puts a deadline
+        around it: the asyncio.timeout was ~6% of the driver's load phase
+        through an instant kernel, drain()'s three coroutines ~2% (issue 25,
+        py-spy)."""
         if self._writer is None:
             raise ConnError("closed", f"{self.path}: connection is closed")
         try:
@@ -534,9 +538,7 @@ class KernelClient:
         turn.t_sent = time.monotonic()
         try:
             frame = self.protocol.input_frame(nonce, full, interrupt) if session is None else self.protocol.input_frame(nonce, full, interrupt, session=session)
-            if self._ws is None and self._write(frame):
-                await self._drain()  # returns at once: nothing buffered, nothing to time out
-            else:
+            if self._ws is not None or not self._write(frame):
                 async with asyncio.timeout_at(turn.t_sent + timeout_s):
                     if self._ws is None:
                         await self._drain()  # the frame is written; the kernel is slow to read it
