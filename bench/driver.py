@@ -13,7 +13,10 @@ turns/s (the issue's measure; kstress's from its run.json, over its load
 phase) and CPU microseconds per turn (from the process's rusage, minus a
 run of one input per connection, which removes start-up and imports: steadier
 than turns/s on a machine others share). The ratio kstress/bare of turns/s,
-paired per round, is the result; the target is >= 0.5.
+paired per round, is the result; the target is >= 0.5. Each round also
+records the 1-minute load average before it: above 1 something else ran on
+the two CPUs, and a ratio from such a round says little (with both CPUs
+busy, the kernel's CPU bounds both drivers and the ratio drifts toward 1).
 
     bench/driver.py [--rounds 3] [--conns 32] [--inputs 300]
 """
@@ -104,13 +107,16 @@ def run(s: Settings) -> dict:
             _, n0k, c0k = kstress(sock, s, 1, out)
             rounds = []
             for rnd in range(s.rounds):
+                load = os.getloadavg()[0]
                 b_rate, nb, cb = bare(sock, s, s.inputs)
                 k_rate, nk, ck = kstress(sock, s, s.inputs, out)
                 rounds.append({
                     "bare_turns_per_s": b_rate, "kstress_turns_per_s": k_rate, "ratio": k_rate / b_rate,
                     "bare_cpu_us_per_turn": 1e6 * (cb - c0b) / (nb - n0b), "kstress_cpu_us_per_turn": 1e6 * (ck - c0k) / (nk - n0k),
+                    "load_before": load,
                 })
-                print(f"bench: driver round {rnd + 1}/{s.rounds}: bare {b_rate:8.0f} turns/s, kstress {k_rate:8.0f} turns/s, ratio {k_rate / b_rate:.2f}", flush=True)
+                print(f"bench: driver round {rnd + 1}/{s.rounds}: bare {b_rate:8.0f} turns/s, kstress {k_rate:8.0f} turns/s, ratio {k_rate / b_rate:.2f}"
+                      f" (load average {load:.2f} before it)", flush=True)
         finally:
             kernel.terminate()
             try:
@@ -149,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print()
     print(table(result))
+    busy = [r["load_before"] for r in result["rounds"] if r["load_before"] > 1.0]
+    if busy:
+        print(f"\nbench: {len(busy)} of {len(result['rounds'])} rounds began with a load average above 1 ({', '.join(f'{x:.1f}' for x in busy)}): "
+              "other work shared the CPUs; measure again on a quiet machine")
     if result["median"]["ratio"] < TARGET_RATIO:
         print(f"\nbench: the driver ratio {result['median']['ratio']:.2f} is below the target {TARGET_RATIO}")
     out = ROOT / "bench" / "out"
