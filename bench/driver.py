@@ -14,9 +14,10 @@ phase) and CPU microseconds per turn (from the process's rusage, minus a
 run of one input per connection, which removes start-up and imports: steadier
 than turns/s on a machine others share). The ratio kstress/bare of turns/s,
 paired per round, is the result; the target is >= 0.5. Each round also
-records the 1-minute load average before it: above 1 something else ran on
-the two CPUs, and a ratio from such a round says little (with both CPUs
-busy, the kernel's CPU bounds both drivers and the ratio drifts toward 1).
+records the CPU others used meanwhile (the machine's busy time from
+/proc/stat, less the drivers' and the kernel's own): a ratio from a round
+where others took a sizeable part of a CPU says little (with both CPUs busy,
+the kernel's CPU bounds both drivers and the ratio drifts toward 1).
 
     bench/driver.py [--rounds 3] [--conns 32] [--inputs 300]
 """
@@ -31,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from harness.sandbox.launcher import read_line  # noqa: E402
 
 TARGET_RATIO = 0.5
+OTHERS_MAX = 0.1  # CPUs others may use during a round before the bench says its ratio says little
 TOKEN = "bench"
 
 
@@ -69,6 +72,24 @@ def _run(argv: list[str], timeout: float = 300) -> tuple[str, float]:
     if done.returncode != 0:
         raise BenchError(f"{' '.join(argv[:4])}... exited {done.returncode}: {done.stderr[-2000:]}")
     return done.stdout, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _busy_s() -> float:
+    """CPU seconds the whole machine has been busy (/proc/stat), 0 where there is none."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu_s(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bare(sock: Path, s: Settings, inputs: int) -> tuple[float, int, float]:
@@ -107,16 +128,17 @@ def run(s: Settings) -> dict:
             _, n0k, c0k = kstress(sock, s, 1, out)
             rounds = []
             for rnd in range(s.rounds):
-                load = os.getloadavg()[0]
+                t0, busy0, kcpu0 = time.monotonic(), _busy_s(), _proc_cpu_s(kernel.pid)
                 b_rate, nb, cb = bare(sock, s, s.inputs)
                 k_rate, nk, ck = kstress(sock, s, s.inputs, out)
+                others = max(0.0, (_busy_s() - busy0) - cb - ck - (_proc_cpu_s(kernel.pid) - kcpu0)) / (time.monotonic() - t0)
                 rounds.append({
                     "bare_turns_per_s": b_rate, "kstress_turns_per_s": k_rate, "ratio": k_rate / b_rate,
                     "bare_cpu_us_per_turn": 1e6 * (cb - c0b) / (nb - n0b), "kstress_cpu_us_per_turn": 1e6 * (ck - c0k) / (nk - n0k),
-                    "load_before": load,
+                    "others_cpus": others,
                 })
                 print(f"bench: driver round {rnd + 1}/{s.rounds}: bare {b_rate:8.0f} turns/s, kstress {k_rate:8.0f} turns/s, ratio {k_rate / b_rate:.2f}"
-                      f" (load average {load:.2f} before it)", flush=True)
+                      f" (others used {others:.2f} CPU meanwhile)", flush=True)
         finally:
             kernel.terminate()
             try:
@@ -155,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print()
     print(table(result))
-    busy = [r["load_before"] for r in result["rounds"] if r["load_before"] > 1.0]
+    busy = [r["others_cpus"] for r in result["rounds"] if r["others_cpus"] > OTHERS_MAX]
     if busy:
-        print(f"\nbench: {len(busy)} of {len(result['rounds'])} rounds began with a load average above 1 ({', '.join(f'{x:.1f}' for x in busy)}): "
-              "other work shared the CPUs; measure again on a quiet machine")
+        print(f"\nbench: in {len(busy)} of {len(result['rounds'])} rounds other work used more than {OTHERS_MAX} CPU ({', '.join(f'{x:.2f}' for x in busy)}): "
+              "its ratios say little; measure again on a quiet machine")
     if result["median"]["ratio"] < TARGET_RATIO:
         print(f"\nbench: the driver ratio {result['median']['ratio']:.2f} is below the target {TARGET_RATIO}")
     out = ROOT / "bench" / "out"
