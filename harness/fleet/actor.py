@@ -33,6 +33,7 @@ class Sink:
         self.sent: Callable[[], int] = lambda: 0
         self.skipped: dict[str, int] = {}  # failure stories this worker's own bound left out, per name
         self.notes: list[dict[str, Any]] = []  # a share's word to the head (hold: "every connection is open")
+        self.final: dict[str, Any] = {}  # sent with the last batch (what the worker's targets saw of the mock)
         self._signals: dict[str, asyncio.Event] = {}
         self._wake = asyncio.Event()
 
@@ -118,7 +119,7 @@ class Worker:
         done = self.task.done()
         batch = self.sink.drain()
         if done:
-            batch.update(done=True, skipped=self.sink.skipped, **self.result)
+            batch.update(done=True, skipped=self.sink.skipped, final=self.sink.final, **self.result)
         return batch
 
     async def signal(self, name: str) -> None:

@@ -13,6 +13,7 @@ stdout (Ray's chatter goes to stderr, which the head keeps in fleet.log).
     head   -> signal {name}                   (any time) every worker's sink.signal(name) is set
     head   -> stop                            (any time) every worker's share is cancelled
     bridge -> end
+    head   -> run ...                         again: the next stage, on the same workers (findmax)
 
 A local fleet's bridge runs as PID 1 of its own PID namespace (unshare
 --kill-child): when it exits, however, the kernel ends every Ray process it
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import queue
 import re
 import struct
 import sys
@@ -83,21 +85,47 @@ def main() -> int:
         n = spec.workers
         options: dict[str, Any] = {"num_cpus": 1}
     else:
-        ray.init(address=spec.address, log_to_driver=False, configure_logging=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"], "RAY_USAGE_STATS_ENABLED": "0"}})
-        n = spec.workers or len([x for x in ray.nodes() if x.get("Alive")])
-        options = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
-    Remote = ray.remote(Worker).options(max_restarts=0, max_task_retries=0, max_concurrency=64, **options)
-    actors = [Remote.remote(i, n) for i in range(n)]
+        # no runtime_env: a cluster's workers import kstress as its nodes have it
+        # installed (docs/fleet.md). Through Ray Client a runtime_env is made by the
+        # head node's runtime-env agent, and a client server that started before
+        # the agent had its port (http://127.0.0.1:0, seen on a loaded machine)
+        # fails every client that asks for one
+        ray.init(address=spec.address, log_to_driver=False, configure_logging=False)
+        nodes = sorted(x["NodeID"] for x in ray.nodes() if x.get("Alive"))
+        n = spec.workers or len(nodes)
+        options = {"num_cpus": 0}
+    Remote = ray.remote(Worker)
+    common = dict(max_restarts=0, max_task_retries=0, max_concurrency=64, **options)
+    if spec.kind == "local":
+        actors = [Remote.options(**common).remote(i, n) for i in range(n)]
+    else:
+        # worker i on node i mod the nodes, pinned: SPREAD is a preference, and was seen putting two of three on one node
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        actors = [Remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False), **common).remote(i, n)
+                  for i in range(n)]
     try:
         ids = ray.get([a.identity.remote() for a in actors], timeout=START_TIMEOUT_S)
         for a, ident in zip(actors, ids):
             ident.update(_clock(ray, a))
         write(out, lock, {"op": "ready", "workers": ids, "init_s": round(time.monotonic() - t_start, 3)})
-        cmd = read(inp)
-        if cmd is None or cmd.get("op") != "run":
-            return 0
-        _drive(ray, actors, ids, cmd, inp, out, lock)
+        # one reader for the bridge's whole life: a run's stop and signals, and the next run
+        inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+        def listen() -> None:
+            while True:
+                msg = read(inp)
+                inbox.put(msg)
+                if msg is None:
+                    return
+
+        threading.Thread(target=listen, daemon=True).start()
+        while True:
+            cmd = inbox.get()
+            if cmd is None or cmd.get("op") != "run":
+                return 0
+            if not _drive(ray, actors, ids, cmd, inbox, out, lock):
+                return 0  # a worker was lost: no further run on this fleet
     finally:
         if spec.kind != "local":
             for a in actors:
@@ -131,25 +159,32 @@ def _clock(ray: Any, actor: Any) -> dict[str, float]:
     return {"clock_offset_s": best[0], "clock_bound_s": best[1]}
 
 
-def _drive(ray: Any, actors: list[Any], ids: list[dict[str, Any]], cmd: dict[str, Any], inp: BinaryIO, out: BinaryIO, lock: threading.Lock) -> None:
+def _drive(ray: Any, actors: list[Any], ids: list[dict[str, Any]], cmd: dict[str, Any], inbox: "queue.Queue[dict[str, Any] | None]",
+           out: BinaryIO, lock: threading.Lock) -> bool:
+    """One run on the workers, until every one is done; False when one was lost."""
     stop = threading.Event()
     signals: list[str] = []
+    healthy = True
 
-    def listen() -> None:
+    def take_inbox() -> None:
         while True:
-            msg = read(inp)
+            try:
+                msg = inbox.get_nowait()
+            except queue.Empty:
+                return
             if msg is None or msg.get("op") == "stop":
                 stop.set()
-                return
-            if msg.get("op") == "signal":
-                signals.append(msg["name"])  # list.append is atomic: the loop below takes them
+                if msg is None:
+                    inbox.put(None)  # EOF stays for the loop after this run
+            elif msg.get("op") == "signal":
+                signals.append(msg["name"])
 
-    threading.Thread(target=listen, daemon=True).start()
     # started before the first take: an async actor runs its calls concurrently, in no promised order
     ray.get([a.start.remote(cmd["entry"], cmd["jobs"][i], cmd["t0"] + ids[i]["clock_offset_s"]) for i, a in enumerate(actors)], timeout=START_TIMEOUT_S)
     pending = {a.take.remote(): i for i, a in enumerate(actors)}
     stopping_until: float | None = None
     while pending:
+        take_inbox()
         while signals:
             name = signals.pop(0)
             for a in actors:
@@ -161,6 +196,7 @@ def _drive(ray: Any, actors: list[Any], ids: list[dict[str, Any]], cmd: dict[str
         if stopping_until is not None and time.monotonic() > stopping_until:
             for i in pending.values():
                 write(out, lock, {"op": "lost", "worker": i, "error": f"no answer within {STOP_GRACE_S:g} s of the stop"})
+            healthy = False
             break
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.1)
         for ref in ready:
@@ -172,12 +208,14 @@ def _drive(ray: Any, actors: list[Any], ids: list[dict[str, Any]], cmd: dict[str
                 gone = isinstance(exc, ray.exceptions.RayActorError)
                 write(out, lock, {"op": "lost" if gone else "failed", "worker": i, "error": _first_line(exc)})
                 stop.set()  # one worker gone: the run ends, as it does when the target dies
+                healthy = False
                 continue
             batch["op"], batch["worker"] = "batch", i
             write(out, lock, batch)
             if not batch.get("done"):
                 pending[actors[i].take.remote()] = i
     write(out, lock, {"op": "end"})
+    return healthy
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import pickle
+import secrets
 import shutil
 import signal
 import struct
@@ -23,6 +24,7 @@ from .bridge import START_TIMEOUT_S, STOP_GRACE_S
 from .spec import FleetSpec
 
 ROOT = str(Path(__file__).resolve().parents[2])
+TAG_ENV = "KSTRESS_FLEET"
 # the bridge's own exit after the end frame (ray.shutdown stops a local instance)
 EXIT_GRACE_S = 20.0
 # the longest a running fleet may be silent: every worker answers a take
@@ -45,11 +47,13 @@ class WorkerInfo:
     clock_offset_s: float
     clock_bound_s: float
     sent: int = 0
+    sent_before: int = 0  # what earlier runs on this fleet sent (findmax's stages)
     recorded: int = 0
     batches: int = 0
     state: str = "running"  # running | done | stopped | failed | lost
     error: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    final: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = {"worker": self.index, "pid": self.pid, "host": self.host, "node_ip": self.node_ip, "node_id": self.node_id[:12],
@@ -68,8 +72,9 @@ class Fleet:
 
     Entering starts the bridge (and Ray, and the workers) and reads each
     worker's identity and clock; ``run`` hands every worker its job and
-    passes each batch to ``on_batch`` until all are done; leaving stops the
-    bridge on every path. A lost worker ends the run: the others are stopped,
+    passes each batch to ``on_batch`` until all are done (and may be called
+    again: the same workers run the next stage); leaving stops the bridge on
+    every path. A lost worker ends the run: the others are stopped,
     their last batches still handed on, and FleetLost is raised naming it."""
 
     def __init__(self, spec: FleetSpec, log: Path) -> None:
@@ -80,6 +85,9 @@ class Fleet:
         self.proc: asyncio.subprocess.Process | None = None
         self._temp: str | None = None
         self._stopped = False
+        # in the environment of the bridge and every process it starts (Ray's
+        # inherit it): `grep -l KSTRESS_FLEET=<tag> /proc/*/environ` finds them
+        self.tag = f"{os.getpid()}-{secrets.token_hex(4)}"
 
     def argv(self) -> list[str]:
         bridge = [sys.executable, "-m", "harness.fleet.bridge"]
@@ -102,7 +110,7 @@ class Fleet:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
-                cwd=ROOT, start_new_session=True, limit=2**26)
+                cwd=ROOT, start_new_session=True, limit=2**26, env={**os.environ, TAG_ENV: self.tag})
         finally:
             err.close()
         try:
@@ -136,6 +144,9 @@ class Fleet:
 
     async def run(self, entry: str, jobs: list[Any], t0: float, on_batch: Callable[[WorkerInfo, Batch], Awaitable[None]]) -> None:
         assert len(jobs) == len(self.workers)
+        self._stopped = False
+        for w in self.workers:
+            w.sent_before, w.state = w.sent, "running"
         self._send({"op": "run", "entry": entry, "jobs": jobs, "t0": t0})
         lost: list[WorkerInfo] = []
         failed: BaseException | None = None
@@ -159,7 +170,7 @@ class Fleet:
                     self.stop()
                     continue
                 w.batches += 1
-                w.sent = max(w.sent, msg.get("sent") or 0)
+                w.sent = max(w.sent, w.sent_before + (msg.get("sent") or 0))
                 w.recorded += len(msg["rows"])
                 try:
                     await on_batch(w, msg)
@@ -171,6 +182,7 @@ class Fleet:
                     raise
                 if msg.get("done"):
                     w.extras = msg.get("extras") or {}
+                    w.final = msg.get("final") or {}
                     if msg.get("error") is not None:
                         w.state, w.error = "failed", f"{type(msg['error']).__name__}: {msg['error']}"
                         failed = failed or msg["error"]

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..wire.client import ConnError, KernelClient
 from ..errors import UsageError
-from .options import check_timeouts, connect_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
+from .options import check_timeouts, connect_opt, fleet_opt, fleet_workers_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, md_code, md_text
 from ..results.comparison import CompareSpec
 from ..results.concurrency import FINDING
@@ -43,6 +43,8 @@ from ..sandbox.sut import Access, kernel_targets
 from ..results.thresholds import check_mix_markers, evaluate, parse_thresholds
 from .common import failure_counts, kernel_sections, kernel_summaries, level_stats
 from .stress import ARRIVALS, DEFAULT_MIX, MIX_HELP, StressSettings, Load, parse_mix
+from ..fleet import parse_fleet
+from .fleetrun import fleet_load, open_fleet
 
 # what a kernel at capacity answers: the search expects these at the stage that breaks
 LOAD_SHEDDING = ("error_frame:busy", "timeout", "conn_error:capacity", "conn_error:timeout")
@@ -69,9 +71,15 @@ class FindmaxSettings:
     out: Path = out_opt()
     quiet: bool = quiet_opt()
     metrics_port: int | None = metrics_opt()
+    fleet: str | None = fleet_opt()
+    fleet_workers: int | None = fleet_workers_opt()
 
     def __post_init__(self) -> None:
         check_timeouts(self)
+        if self.fleet is not None:
+            parse_fleet(self.fleet, self.fleet_workers, allow_remote=None)  # the host is checked with the access's --allow-remote
+        elif self.fleet_workers is not None:
+            raise UsageError(f"--fleet-workers {self.fleet_workers} without --fleet: name the cluster, e.g. --fleet ray://127.0.0.1:10001")
         if not self.slos:
             raise UsageError("findmax needs a service level to search for: give --slo EXPR (repeatable), e.g. --slo 'p95<1s' --slo 'pass_rate>=0.99' (docs/thresholds.md)")
         parse_thresholds(self.slos, "--slo")
@@ -150,8 +158,17 @@ async def run_findmax(settings: FindmaxSettings, access: Access) -> RunResult:
         check_split("connections", int(levels[0]), weights, access.names, "--start")
     slos = parse_thresholds(settings.slos, "--slo")
     unbounded = not latency_bounded(settings.slos)
+    fleet_spec = parse_fleet(settings.fleet, settings.fleet_workers, access.allow_remote) if settings.fleet else None
 
     async def body(run: Run) -> None:
+        if fleet_spec is None:
+            await stages(run, None)
+        else:
+            # one fleet for every stage: Ray and its workers start once
+            async with open_fleet(run, fleet_spec) as fleet:
+                await stages(run, fleet)
+
+    async def stages(run: Run, fleet: Any) -> None:
         stage_extras: list[dict[str, Any]] = run.extras.setdefault("stages", [])
         for k, w in zip(run.extras.get("kernels") or (), weights):
             k["weight"] = w
@@ -173,11 +190,14 @@ async def run_findmax(settings: FindmaxSettings, access: Access) -> RunResult:
                 stop = asyncio.Event()
                 watch = asyncio.create_task(_queue_watch(stats_client, info, stop)) if stats_client is not None else None
                 try:
-                    load.begin()
-                    if settings.rate:
-                        await load.open_model()
+                    if fleet is not None:
+                        await fleet_load(run, fleet, "harness.scenarios.stress:fleet_share", load.s, targets, weights, job={"extra_labels": load.extra_labels})
                     else:
-                        await load.closed_model()
+                        load.begin()
+                        if settings.rate:
+                            await load.open_model()
+                        else:
+                            await load.closed_model()
                 finally:
                     stop.set()
                     if watch is not None:

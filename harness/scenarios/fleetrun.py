@@ -53,7 +53,12 @@ async def share_targets(job: dict[str, Any], sink: Any) -> AsyncIterator[WorkerR
     tag_nonces(f"w{job['worker']}")
     async with contextlib.AsyncExitStack() as stack:
         targets = [await stack.enter_async_context(Target.joined(v)) for v in job["targets"]]
-        yield WorkerRun(targets, sink, job["run_t0"], job["worker"])
+        try:
+            yield WorkerRun(targets, sink, job["run_t0"], job["worker"])
+        finally:
+            # what each target's turns showed of the mock's requests: the head's
+            # extras.observed counts them when no mock log is the kernel's alone
+            sink.final["llm_seen"] = [dict(t.llm_seen) for t in targets]
 
 
 class WorkerRun(Run):
@@ -89,23 +94,46 @@ async def drive_fleet(run: Run, spec: FleetSpec, entry: str, settings: Any, targ
     drives), record every batch, pass each note a share sent to ``on_note``;
     what each worker did goes in run.extras["fleet"] on every path. ``job``:
     what a scenario's share needs besides (the same for every worker)."""
-    views = [t.view() for t in targets]
+    async with open_fleet(run, spec) as fleet:
+        await fleet_load(run, fleet, entry, settings, targets, weights, on_note, job)
+
+
+@contextlib.asynccontextmanager
+async def open_fleet(run: Run, spec: FleetSpec) -> AsyncIterator[Fleet]:
+    """The fleet for one run, however many loads it drives (findmax: one a
+    stage); what each worker did goes in run.extras["fleet"] on every path."""
     info: dict[str, Any] = run.extras.setdefault("fleet", spec.to_json())
     t_start = time.monotonic()
     async with Fleet(spec, run.dir.path / "fleet.log") as fleet:
-        info.update(start_s=round(time.monotonic() - t_start, 3), ray_init_s=fleet.init_s)
-        n = len(fleet.workers)
-        jobs = [{**(job or {}), "settings": settings, "worker": i, "workers": n, "targets": views, "weights": weights, "run_t0": run.t0} for i in range(n)]
-        head_t0 = time.monotonic() + START_AHEAD_S
-        merge = _Merge(run, targets, fleet, on_note)
+        info.update(tag=fleet.tag, start_s=round(time.monotonic() - t_start, 3), ray_init_s=fleet.init_s, merge_s=0.0, rows_merged=0)
         try:
-            await fleet.run(entry, jobs, head_t0, merge.batch)
+            yield fleet
         finally:
             info["workers"] = [w.to_json() for w in fleet.workers]
-            info["merge_s"] = round(merge.seconds, 4)
-            info["rows_merged"] = merge.rows
-            _merge_extras(run.extras, [w.extras for w in fleet.workers])
-            run.extras["load_t0_rel"] = round(head_t0 - run.t0, 4)
+
+
+async def fleet_load(run: Run, fleet: Fleet, entry: str, settings: Any, targets: Sequence[Target], weights: tuple[float, ...] = (),
+                     on_note: OnNote | None = None, job: dict[str, Any] | None = None) -> None:
+    """One load on the fleet's workers, from a common start."""
+    views = [t.view() for t in targets]
+    info = run.extras["fleet"]
+    n = len(fleet.workers)
+    jobs = [{**(job or {}), "settings": settings, "worker": i, "workers": n, "targets": views, "weights": weights, "run_t0": run.t0} for i in range(n)]
+    head_t0 = time.monotonic() + START_AHEAD_S
+    merge = _Merge(run, targets, fleet, on_note)
+    try:
+        await fleet.run(entry, jobs, head_t0, merge.batch)
+    finally:
+        for w in fleet.workers:
+            for t, seen in zip(targets, (w.final or {}).get("llm_seen") or ()):
+                t.llm_seen.update(seen)
+        info["workers"] = [w.to_json() for w in fleet.workers]
+        info["merge_s"] = round(info.get("merge_s", 0.0) + merge.seconds, 4)
+        info["rows_merged"] = info.get("rows_merged", 0) + merge.rows
+        _merge_extras(run.extras, [w.extras for w in fleet.workers])
+        if not info.get("loads"):
+            run.extras["load_t0_rel"] = round(head_t0 - run.t0, 4)  # the first load's start, as one process records it
+        info["loads"] = info.get("loads", 0) + 1
 
 
 class _Merge:
@@ -143,10 +171,13 @@ class _Merge:
 
 
 def _merge_extras(extras: dict[str, Any], parts: list[dict[str, Any]]) -> None:
-    """The Load's own extras, summed over the workers."""
-    extras["reconnects"] = sum(p.get("reconnects") or 0 for p in parts)
-    caps: dict[str, int] = {}
-    for p in parts:
-        for k, v in (p.get("capacity_errors") or {}).items():
-            caps[k] = caps.get(k, 0) + v
-    extras["capacity_errors"] = caps
+    """The Load's own extras, summed over the workers (and over the loads of
+    one fleet: findmax's stages)."""
+    if any("reconnects" in p for p in parts):
+        extras["reconnects"] = (extras.get("reconnects") or 0) + sum(p.get("reconnects") or 0 for p in parts)
+    if any("capacity_errors" in p for p in parts):
+        caps: dict[str, int] = dict(extras.get("capacity_errors") or {})
+        for p in parts:
+            for k, v in (p.get("capacity_errors") or {}).items():
+                caps[k] = caps.get(k, 0) + v
+        extras["capacity_errors"] = caps

@@ -490,6 +490,7 @@ async def fleet_share(job: dict[str, Any], sink: Any, t0: float) -> dict[str, An
     """A fleet worker's part of a stress load (harness/fleet/actor.py runs it)."""
     async with share_targets(job, sink) as run:
         load = Load(job["settings"], run.targets[0], run, run.targets, job["weights"], share=(job["worker"], job["workers"]))
+        load.extra_labels = job.get("extra_labels") or {}  # findmax's stage and level
         sink.sent = lambda: load.sent
         await load.drive(t0)
     return run.extras

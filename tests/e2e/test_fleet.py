@@ -23,7 +23,6 @@ from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 LOAD = ("--launch", "--conns", "64", "--inputs", "20", "--quiet")
-RAY_PROCS = ("raylet", "gcs_server", "ray::", "default_worker.py", "harness.fleet.bridge")
 
 
 def run_dir(r) -> Path:
@@ -33,19 +32,30 @@ def run_dir(r) -> Path:
 def loaded(d: Path):
     doc = json.loads((d / "run.json").read_text())
     rows = [json.loads(ln) for ln in (d / "turns.jsonl").read_text().splitlines()]
+    tag = (doc.get("extras", {}).get("fleet") or {}).get("tag")
+    if tag:
+        _TAGS.add(tag)  # ray_left() looks for this run's processes too
     return doc, rows
 
 
-def ray_left() -> list[str]:
+def ray_left(tag: str | None = None) -> list[str]:
+    """Processes of a fleet still running: those of the run whose
+    extras.fleet.tag is ``tag`` (every process the bridge started carries it
+    in its environment: other tests' fleets may run beside this one), or
+    with no tag those of any fleet this test process's runs started."""
     out = []
     for p in psutil.process_iter(["cmdline", "name"]):
         try:
-            line = " ".join(p.info["cmdline"] or ()) or (p.info["name"] or "")
+            # the process or an ancestor: some of Ray's agents start with an environment of their own
+            tags = {q.environ().get("KSTRESS_FLEET", "") for q in [p, *p.parents()]}
         except psutil.Error:
             continue
-        if any(k in line for k in RAY_PROCS):
-            out.append(f"{p.pid}: {line[:120]}")
+        if (tag in tags) if tag else (tags & _TAGS):
+            out.append(f"{p.pid}: {' '.join(p.info['cmdline'] or ())[:120]}")
     return out
+
+
+_TAGS: set[str] = set()
 
 
 def checks(doc) -> list[tuple[str, bool]]:
@@ -70,6 +80,11 @@ def test_a_local_fleet_drives_the_same_load_as_one_process(cli):
     assert [w["turns_recorded"] for w in f["workers"]] == [640, 640] and f["rows_merged"] == 1280
     assert all(w["node_ip"] == "127.0.0.1" and w["clock_bound_s"] < 0.5 for w in f["workers"])
     assert ray_left() == []
+    # the fleet's run directory is a run directory: report recomputes it as written, compare takes it beside a one-process run
+    rep = cli.run("report", str(run_dir(fleet)))
+    assert rep.returncode == 0 and "were they edited" not in rep.stdout and "1280/1280 passed" in rep.stdout, rep.stdout + rep.stderr
+    cmp_ = cli.run("compare", str(run_dir(one)), str(run_dir(fleet)))
+    assert cmp_.returncode in (0, 1) and "| pass rate | 100.0% | 100.0% |" in cmp_.stdout, cmp_.stdout + cmp_.stderr
 
 
 def test_a_fault_fails_the_fleet_and_one_process_with_the_same_counts(cli):
@@ -155,4 +170,16 @@ def test_sessions_on_a_fleet_keep_their_histories_and_crosstalk_is_caught(cli):
     assert bad.returncode == 1, bad.stdout + bad.stderr
     bdoc, _ = loaded(run_dir(bad))
     assert [c["passed"] for c in bdoc["checks"] if c["name"] == "every session kept its own history"] == [False]
+    assert ray_left() == []
+
+
+def test_findmax_on_a_fleet_runs_every_stage_on_the_same_workers(cli):
+    r = cli.run("findmax", "--fleet", "local:2", "--launch", "--start", "2", "--max", "8", "--stage-duration", "2s", "--slo", "p95<5s",
+                "--mix", "!batch2", "--quiet", "--out", str(cli.out), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc, rows = loaded(run_dir(r))
+    f = doc["extras"]["fleet"]
+    assert f["loads"] == 3 and len(f["workers"]) == 2 and f["rows_merged"] == len(rows)  # one Ray start, three stages
+    assert {(x["stage"], x["worker"]) for x in rows} == {(s, w) for s in (1, 2, 3) for w in (0, 1)}
+    assert [s["level"] for s in doc["summary"]["stages"]] == [2, 4, 8] if "stages" in doc["summary"] else True
     assert ray_left() == []
