@@ -417,6 +417,18 @@ class Target:
         """The target a fleet worker drives: ``view()`` of the head's, opened
         by entering it (its own connector dialer and mock join). It owns
         nothing and watches no process: the head checks the target's life."""
+        here = [(what, path) for what, path in (
+            ("the kernel's socket", view["address"].path if view["address"].scheme == "unix" else ""),
+            ("the sandbox's connector", view["address"].via or ""),
+            ("the mock's socket", view["mock_address"][5:] if (view["mock_address"] or "").startswith("unix:") else ""))
+            if path and not os.path.exists(path)]
+        if here:
+            import socket as socket_
+
+            what, path = here[0]
+            raise UsageError(f"a fleet worker on {socket_.gethostname()} cannot reach {what} {path}: it is on the head's host. A fleet on "
+                             "several hosts drives a target every worker reaches over the network: --socket tcp:HOST:PORT or ws://, or --url, "
+                             "with --mock http://HOST:PORT, and --allow-remote HOST")
         t = cls(Access(), label=view["label"], kernel=view["kernel"])
         t.owned = False
         t.address, t.token, t.protocol, t.driver = view["address"], view["token"], view["protocol"], view["driver"]

@@ -88,13 +88,14 @@ def test_a_local_fleet_drives_the_same_load_as_one_process(cli):
 
 
 def test_a_fault_fails_the_fleet_and_one_process_with_the_same_counts(cli):
-    fault = ("--arg=--fault", "--arg=first-tool-only")
-    fleet = cli.run("stress", "--fleet", "local:2", *LOAD, *fault, "--out", str(cli.out), timeout=300)
-    one = cli.run("stress", *LOAD, *fault, "--out", str(cli.out), timeout=300)
+    # smaller than the acceptance's 64 x 20 (the suite's time): the counts are equal by construction at any size
+    fault = ("--launch", "--conns", "16", "--inputs", "10", "--quiet", "--arg=--fault", "--arg=first-tool-only")
+    fleet = cli.run("stress", "--fleet", "local:2", *fault, "--out", str(cli.out), timeout=300)
+    one = cli.run("stress", *fault, "--out", str(cli.out), timeout=300)
     assert fleet.returncode == one.returncode == 1, fleet.stdout + one.stdout
     (fdoc, _), (odoc, _) = loaded(run_dir(fleet)), loaded(run_dir(one))
     fs, os_ = fdoc["summary"], odoc["summary"]
-    assert fs["failures"] and fs["failures"] == os_["failures"] and fs["passed"] == os_["passed"] < 1280
+    assert fs["failures"] and fs["failures"] == os_["failures"] and fs["passed"] == os_["passed"] < 160
     assert checks(fdoc) == checks(odoc)
     assert ray_left() == []
 
@@ -159,11 +160,11 @@ def test_ctrl_c_stops_every_worker_and_writes_the_merged_results(cli):
 
 
 def test_sessions_on_a_fleet_keep_their_histories_and_crosstalk_is_caught(cli):
-    base = ("sessions", "--fleet", "local:2", "--launch", "--sessions", "16", "--turns", "4", "--quiet", "--out", str(cli.out))
+    base = ("sessions", "--fleet", "local:2", "--launch", "--sessions", "8", "--turns", "3", "--quiet", "--out", str(cli.out))
     r = cli.run(*base, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     doc, rows = loaded(run_dir(r))
-    assert doc["summary"]["attempted"] == 64 and Counter(x["worker"] for x in rows) == {0: 32, 1: 32}
+    assert doc["summary"]["attempted"] == 24 and Counter(x["worker"] for x in rows) == {0: 12, 1: 12}
     # a session's turns all come from one worker: its history is one process's to carry
     assert all(len({x["worker"] for x in rows if x["session"] == s}) == 1 for s in {x["session"] for x in rows})
     bad = cli.run(*base, "--arg=--fault", "--arg=session-crosstalk", timeout=300)

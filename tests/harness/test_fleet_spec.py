@@ -87,3 +87,21 @@ def test_the_cli_refuses_a_remote_target_before_anything_starts(tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--allow-remote 198.51.100.7" in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_worker_that_cannot_reach_a_unix_target_names_the_fix(tmp_path):
+    """A fleet worker on another host than the head's sandbox: the unix
+    socket is not there; the worker says so before any turn."""
+    from harness.sandbox.sut import Target
+    from harness.wire.transport import Address
+
+    view = {"label": "", "kernel": "", "address": Address("unix", path=str(tmp_path / "gone.sock")), "token": None, "protocol": None,
+            "driver": None, "catalog": None, "tool_ms": 100, "mixed_ms": 100, "contract": None, "mock_address": None, "verdict_key": None}
+    with pytest.raises(UsageError, match=r"cannot reach the kernel's socket .*gone\.sock.*--socket tcp:HOST:PORT.*--allow-remote HOST"):
+        Target.joined(view)
+    (tmp_path / "gone.sock").touch()
+    view["mock_address"] = f"unix:{tmp_path / 'mock.sock'}"
+    with pytest.raises(UsageError, match=r"cannot reach the mock's socket"):
+        Target.joined(view)
+    (tmp_path / "mock.sock").touch()
+    assert Target.joined(view).mock_address == view["mock_address"]
