@@ -25,6 +25,7 @@ the kernel's CPU bounds both drivers and the ratio drifts toward 1).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -57,6 +58,7 @@ class Settings:
     inputs: int = 300
     kernel_cpu: str = "1"
     driver_cpu: str = "0"
+    fleet: bool = True  # the fleet rows (issue 25), when Ray is installed
 
 
 # the instant kernel signs its verdict lines as the mock would, and kstress
@@ -101,10 +103,14 @@ def bare(sock: Path, s: Settings, inputs: int) -> tuple[float, int, float]:
     return r["turns_per_s"], r["turns"], cpu
 
 
-def kstress(sock: Path, s: Settings, inputs: int, out: Path) -> tuple[float, int, float]:
+def kstress(sock: Path, s: Settings, inputs: int, out: Path, fleet: str | None = None) -> tuple[float, int, float]:
+    """turns/s over the load phase, turns, CPU seconds. With ``fleet`` the
+    workers (Ray actors, on the same CPU: taskset is inherited) drive, and the
+    CPU is the head's alone: the fleet's processes are not our children."""
     before = set(out.glob("stress-*"))
     _, cpu = _run(["taskset", "-c", s.driver_cpu, sys.executable, "-m", "harness", "stress", "--socket", str(sock), "--token", TOKEN,
-                   "--conns", str(s.conns), "--inputs", str(inputs), "--mix", "text:1", "--no-dedup-probe", "--quiet", "--out", str(out)])
+                   "--conns", str(s.conns), "--inputs", str(inputs), "--mix", "text:1", "--no-dedup-probe", "--quiet", "--out", str(out),
+                   *(["--fleet", fleet] if fleet else [])])
     [run] = set(out.glob("stress-*")) - before
     summary = json.loads((run / "run.json").read_text())["summary"]
     if summary["passed"] != s.conns * inputs:
@@ -139,6 +145,13 @@ def run(s: Settings) -> dict:
                 })
                 print(f"bench: driver round {rnd + 1}/{s.rounds}: bare {b_rate:8.0f} turns/s, kstress {k_rate:8.0f} turns/s, ratio {k_rate / b_rate:.2f}"
                       f" (others used {others:.2f} CPU meanwhile)", flush=True)
+                if s.fleet:
+                    # issue 25 item 7: one worker of a fleet, and two, on the driver's one CPU, against the same round's bare client
+                    for n in (1, 2):
+                        f_rate, _, _ = kstress(sock, s, s.inputs, out, fleet=f"local:{n}")
+                        rounds[-1][f"fleet{n}_turns_per_s"], rounds[-1][f"fleet{n}_ratio"] = f_rate, f_rate / b_rate
+                    print(f"bench: driver round {rnd + 1}/{s.rounds}: fleet local:1 {rounds[-1]['fleet1_turns_per_s']:8.0f} turns/s "
+                          f"(ratio {rounds[-1]['fleet1_ratio']:.2f}), local:2 {rounds[-1]['fleet2_turns_per_s']:8.0f} (ratio {rounds[-1]['fleet2_ratio']:.2f})", flush=True)
         finally:
             kernel.terminate()
             try:
@@ -157,6 +170,9 @@ def table(result: dict) -> str:
         "|---|---:|---:|---:|",
         f"| bare asyncio client (floor) | {m['bare_turns_per_s']:.0f} | {m['bare_cpu_us_per_turn']:.0f} µs | 1.00 |",
         f"| kstress stress (every turn judged and recorded) | {m['kstress_turns_per_s']:.0f} | {m['kstress_cpu_us_per_turn']:.0f} µs | {m['ratio']:.2f} |",
+        *([f"| kstress stress --fleet local:1 (one worker; the head merges) | {m['fleet1_turns_per_s']:.0f} | - | {m['fleet1_ratio']:.2f} |",
+           f"| kstress stress --fleet local:2 (two workers on the same CPU) | {m['fleet2_turns_per_s']:.0f} | - | {m['fleet2_ratio']:.2f} |"]
+          if "fleet1_ratio" in m else []),
         "",
         f"{s['conns']} connections x {s['inputs']} text inputs through bench/instant_kernel.py (CPU {s['kernel_cpu']}), drivers on CPU "
         f"{s['driver_cpu']}, {s['rounds']} interleaved rounds; target ratio >= {result['target_ratio']}. "
@@ -169,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conns", type=int, default=32)
     ap.add_argument("--inputs", type=int, default=300)
+    ap.add_argument("--no-fleet", action="store_true", help="Skip the --fleet local:1 and local:2 rows (they need Ray: kstress[fleet]).")
     a = ap.parse_args(argv)
+    fleet = not a.no_fleet and importlib.util.find_spec("ray") is not None
     try:
-        result = run(Settings(rounds=a.rounds, conns=a.conns, inputs=a.inputs))
+        result = run(Settings(rounds=a.rounds, conns=a.conns, inputs=a.inputs, fleet=fleet))
     except BenchError as exc:
         print(f"bench: FAILED: {exc}", file=sys.stderr)
         return 1
