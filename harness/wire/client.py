@@ -19,7 +19,6 @@ import collections
 import itertools
 import json
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ import orjson
 from mock.markers import compose
 
 from ..aio import grace
-from .protocol import MAX_FRAME, FrameKind, HandshakeError, Protocol, ProtocolError
+from .protocol import MAX_FRAME, FrameKind, HandshakeError, Protocol, ProtocolError, parse_line
 from .transport import CAPACITY_ERRNOS, Address, ConnError, Dialer, open_socket, open_unix, parse_address  # noqa: F401 - re-exported
 
 # The default adapter's frame limit is the read limit: a longer line is a
@@ -240,32 +239,6 @@ def failed_turn(marker: str, exc: "ConnError") -> Turn:
     return turn
 
 
-_LONG_DIGITS = re.compile(rb"\d{19}").search
-
-
-def _parse_v1(line: bytes) -> dict[str, Any]:
-    """One protocol v1 line as Protocol.read_frame parses it, with orjson
-    first: json.loads was ~6% of the driver's load phase through an instant
-    kernel (issue 25, py-spy). What orjson refuses (NaN, a lone surrogate, not
-    UTF-8) the stdlib parses as before, or refuses with the same error; so
-    does a line with a run of 19 digits or more, where orjson would read an
-    int past 64 bits as a float."""
-    frame = None
-    if not _LONG_DIGITS(line):
-        try:
-            frame = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            pass
-    if frame is None:  # (a line that is JSON null is parsed twice, and refused as before)
-        try:
-            frame = json.loads(line)
-        except ValueError:
-            raise ProtocolError(f"kernel sent a line that is not JSON: {line[:120]!r}") from None
-    if not isinstance(frame, dict):
-        raise ProtocolError(f"kernel sent a JSON value that is not an object: {line[:120]!r}")
-    return frame
-
-
 class KernelClient:
     """``async with KernelClient(address, token) as c: turn = await c.turn("!batch4")``
 
@@ -440,7 +413,7 @@ class KernelClient:
                 line = exc.partial if exc.partial.strip() else None
             except asyncio.LimitOverrunError:
                 raise ProtocolError(f"kernel sent a frame over {self.protocol.max_frame} bytes without a newline") from None
-            frame = None if line is None else _parse_v1(line)
+            frame = None if line is None else parse_line(line)
         else:
             frame = await self.protocol.read_frame(reader)
         self._size = reader.received - len(buf) - before

@@ -121,19 +121,24 @@ def _rows_so_far(cli) -> int:
     return len(t.read_text().splitlines()) if t and t.exists() else 0
 
 
-def test_a_worker_killed_mid_run_is_named_and_its_rows_are_kept(cli):
+def _interrupted(cli, ready, act) -> tuple[subprocess.Popen, dict, list]:
+    """A timed fleet run, ``act(p)`` once ``ready(p)``; its exit and files."""
     p = _start(cli)
     try:
-        wait_until(lambda: len(_workers(p)) == 2 and _rows_so_far(cli) >= 50, timeout=120, what="two fleet workers recording turns")
-        victim = _workers(p)[0]
-        victim.kill()
+        wait_until(lambda: ready(p), timeout=120, what="the fleet recording turns")
+        act(p)
         out, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    assert p.returncode == 5, out + err
-    doc, rows = loaded(run_dir(subprocess.CompletedProcess([], 0, out, err)))
+    assert p.returncode in (5, 130), out + err
+    return (p, *loaded(run_dir(subprocess.CompletedProcess([], 0, out, err))))
+
+
+def test_a_worker_killed_mid_run_is_named_and_its_rows_are_kept(cli):
+    p, doc, rows = _interrupted(cli, lambda p: len(_workers(p)) == 2 and _rows_so_far(cli) >= 50, lambda p: _workers(p)[0].kill())
+    assert p.returncode == 5, doc["error"]
     assert doc["status"] == "failed" and "fleet worker" in doc["error"] and "was lost" in doc["error"] and "in flight" in doc["error"]
     states = sorted(w["state"] for w in doc["extras"]["fleet"]["workers"])
     assert states[0] == "lost" and states[1] in ("stopped", "done")
@@ -143,17 +148,8 @@ def test_a_worker_killed_mid_run_is_named_and_its_rows_are_kept(cli):
 
 
 def test_ctrl_c_stops_every_worker_and_writes_the_merged_results(cli):
-    p = _start(cli)
-    try:
-        wait_until(lambda: _rows_so_far(cli) >= 50, timeout=120, what="the fleet recording turns")
-        os.killpg(p.pid, signal.SIGINT)
-        out, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    assert p.returncode == 130, out + err
-    doc, rows = loaded(run_dir(subprocess.CompletedProcess([], 0, out, err)))
+    p, doc, rows = _interrupted(cli, lambda p: _rows_so_far(cli) >= 50, lambda p: os.killpg(p.pid, signal.SIGINT))
+    assert p.returncode == 130, doc["error"]
     assert doc["status"] == "interrupted" and doc["summary"]["turns_recorded"] == len(rows) >= 50
     assert {w["state"] for w in doc["extras"]["fleet"]["workers"]} <= {"stopped", "done"}
     wait_until(lambda: ray_left() == [], timeout=30, what="every Ray process gone")
