@@ -9,6 +9,6 @@ __all__, __getattr__ = surface(__name__, {
     "contract": ("CONTRACT_HELP", "Contract", "KEYS", "OTHER", "REFKERNEL", "from_json", "merged"),
     "forensics": ("Bounds", "Forensics", "entry_of", "story"),
     "mockjoin": ("MockJoin", "check_mock_address"),
-    "resilience": ("BREAKS", "KEEPS", "STALL_SLACK_S", "broken_names", "expected", "grade", "stall_ms", "timeline"),
+    "resilience": ("BREAKS", "KEEPS", "STALL_SLACK_S", "expected", "grade", "stall_ms", "tally", "timeline"),
     "verdict": ("SCHEDULE_FAILURES", "TurnVerdict", "failure_counts", "failure_name", "is_timing_sample", "judge"),
 })

@@ -27,7 +27,8 @@ Outcomes that break it (docs/resilience.md has each one's rule):
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections import Counter
+from typing import Any, Iterable
 
 from .contract import Contract
 
@@ -216,10 +217,12 @@ def expected(contract: Contract, kind: str, count: int | None) -> str:
     return "recovered" if n <= contract.retries else "gave_up"
 
 
-def broken_names(grades: Sequence[dict[str, Any]]) -> dict[str, int]:
-    out: dict[str, int] = {}
+def tally(grades: Iterable[dict[str, Any]]) -> tuple[Counter[str], Counter[str]]:
+    """Over turns' grades: how many of each outcome, and of each broken
+    grade by name (a broken entry reads "name: what was seen")."""
+    outcomes: Counter[str] = Counter()
+    broken: Counter[str] = Counter()
     for g in grades:
-        for name in g.get("outcomes") or ():
-            if name in BREAKS:
-                out[name] = out.get(name, 0) + 1
-    return out
+        outcomes.update(g.get("outcomes") or ())
+        broken.update(b.split(" ", 1)[0] for b in g.get("broken") or ())
+    return outcomes, broken

@@ -22,7 +22,7 @@ from mock.markers import build_plan, parse_markers
 
 from ..errors import UsageError
 from ..judge.contract import Contract
-from ..judge.resilience import BREAKS, KEEPS, STALL_SLACK_S, expected, grade, stall_ms, timeline
+from ..judge.resilience import BREAKS, KEEPS, STALL_SLACK_S, expected, grade, stall_ms, tally, timeline
 from ..judge.verdict import TurnVerdict
 from ..load.shapes import DURATION_HELP, duration_parser
 from ..results.stats import summarize
@@ -259,12 +259,7 @@ def summarize_resilience(rows: list[dict[str, Any]], settings: dict[str, Any], e
             classes.setdefault(r.get("fault_class") or "?", []).append(r)
     table, examples = [], []
     for cls, rs in classes.items():
-        outcomes: Counter[str] = Counter()
-        broken: Counter[str] = Counter()
-        for r in rs:
-            g = r.get("grade") or {"outcomes": ["ungraded"], "broken": []}
-            outcomes.update(g.get("outcomes") or ())
-            broken.update(b.split(" ", 1)[0] for b in g.get("broken") or ())
+        outcomes, broken = tally(r.get("grade") or {"outcomes": ["ungraded"]} for r in rs)
         # the example: a turn that broke the contract, else the first
         ex = next((r for r in rs if (r.get("grade") or {}).get("broken")), rs[0])
         retries = [(r.get("grade") or {}).get("retries") for r in rs]
@@ -290,12 +285,7 @@ def summarize_resilience(rows: list[dict[str, Any]], settings: dict[str, Any], e
     if base:
         seconds = settings.get("load_s") or None
         lim = _phase(limited, seconds)
-        outcomes: Counter[str] = Counter()
-        broke: Counter[str] = Counter()
-        for r in limited:
-            g = r.get("grade") or {}
-            outcomes.update(g.get("outcomes") or ())
-            broke.update(b.split(" ", 1)[0] for b in g.get("broken") or ())
+        outcomes, broke = tally(r.get("grade") or {} for r in limited)
         lim.update(outcomes=dict(outcomes), broken=dict(broke),
                    example=next((b for r in limited for b in (r.get("grade") or {}).get("broken") or ()), None),
                    rate_limited=sum(1 for r in limited if "ungraded" not in ((r.get("grade") or {}).get("outcomes") or ["ungraded"])))

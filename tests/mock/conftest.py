@@ -17,8 +17,9 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -247,3 +248,18 @@ def start_mock() -> Iterator[Callable[..., MockThread]]:
             return stack.enter_context(MockThread(MockSettings(**settings)))
 
         yield start
+
+
+# a MockServer on the test's own event loop (async tests), and an aiohttp
+# session to talk to it: the fault schedules' and the run-time rate limit's tests
+@pytest.fixture
+async def mock() -> AsyncIterator[MockServer]:
+    async with MockServer(MockSettings()) as server:
+        yield server
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+        yield s
+

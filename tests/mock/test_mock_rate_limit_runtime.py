@@ -6,7 +6,7 @@ MockServer on loopback, as test_mock_schedules.py's --rate-limit tests."""
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -17,18 +17,6 @@ from mock.markers import DIALECTS, compose
 from mockhelpers import PATHS, first_body
 
 RATE = 0.1  # one token, the next in 10 s: the test's requests come far sooner
-
-
-@pytest.fixture
-async def mock() -> AsyncIterator[MockServer]:
-    async with MockServer(MockSettings()) as server:
-        yield server
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
-        yield s
 
 
 async def _post(s: aiohttp.ClientSession, m: MockServer, dialect: str, nonce: str) -> tuple[int, Any, bytes]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import anthropic
@@ -152,18 +152,6 @@ def test_rate_limit_setting_is_checked() -> None:
 
 
 # --- the server ----------------------------------------------------------------------
-
-
-@pytest.fixture
-async def mock() -> AsyncIterator[MockServer]:
-    async with MockServer(MockSettings()) as server:
-        yield server
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
-        yield s
 
 
 async def _post(s: aiohttp.ClientSession, m: MockServer, dialect: str, body: dict[str, Any]) -> tuple[int, Any, bytes]:
