@@ -8,36 +8,13 @@ from __future__ import annotations
 
 import resource
 
-import psutil
 import pytest
 
 from e2ehelpers import namespace_gone
-from test_fleet import RAY_PROCS, loaded, run_dir
+from test_fleet import loaded, ray_left, run_dir
 
 pytestmark = pytest.mark.slow
 TWO = ("--launch", "--bin", "refkernel", "--bin", "refkernel", "--quiet")
-
-
-def _home(p: psutil.Process) -> str | None:
-    try:
-        return p.environ().get("KSTRESS_HOME")
-    except psutil.Error:
-        return None
-
-
-def ray_left_of(home) -> list[str]:
-    """Ray processes of this test's runs: they or an ancestor carry its
-    KSTRESS_HOME (Ray's agents drop the environment). Other tests' fleets
-    run beside this one under xdist, so the host-wide list is not ours."""
-    out = []
-    for p in psutil.process_iter(["cmdline", "name"]):
-        try:
-            line = " ".join(p.info["cmdline"] or ()) or (p.info["name"] or "")
-            if any(k in line for k in RAY_PROCS) and any(_home(q) == str(home) for q in (p, *p.parents())):
-                out.append(f"{p.pid}: {line[:120]}")
-        except psutil.Error:
-            continue
-    return out
 
 
 def _namespaces(doc) -> list[str]:
@@ -65,7 +42,7 @@ def test_a_local_fleet_holds_more_connections_than_one_process_can(cli):
     probes = [r for r in rows if r["kind"] == "probe"]
     assert sorted(r["conn"] for r in probes) == list(range(32)) and {r["worker"] for r in probes} == {0, 1, 2}
     assert {r["kernel"] for r in probes} == {"refkernel", "refkernel#2"}
-    assert ray_left_of(cli.home) == []
+    assert ray_left() == []
     assert all(namespace_gone(ns, None) for ns in _namespaces(doc))
 
 
