@@ -150,11 +150,9 @@ class Fleet:
         self._send({"op": "run", "entry": entry, "jobs": jobs, "t0": t0})
         lost: list[WorkerInfo] = []
         failed: BaseException | None = None
-        stop_deadline: float | None = None
         try:
             while True:
-                timeout = SILENCE_S if stop_deadline is None else max(0.1, stop_deadline - time.monotonic())
-                msg = await self._read(timeout, "waiting for the workers' rows")
+                msg = await self._read(SILENCE_S, "waiting for the workers' rows")
                 if msg is None:
                     raise FleetLost(f"the fleet's bridge exited during the run: {self._tail()}")
                 op = msg["op"]
@@ -176,9 +174,9 @@ class Fleet:
                     await on_batch(w, msg)
                 except BaseException:
                     # the head's own verdict on a batch (the target died): the
-                    # workers stop, their last rows still recorded, then it is raised
+                    # workers are stopped and the run ends on that verdict, as a
+                    # single process ends on it without waiting for its other turns
                     self.stop()
-                    stop_deadline = time.monotonic() + STOP_GRACE_S + 5
                     raise
                 if msg.get("done"):
                     w.extras = msg.get("extras") or {}
