@@ -13,7 +13,8 @@ import pytest
 from e2ehelpers import namespace_gone
 from test_fleet import loaded, ray_left, run_dir
 
-pytestmark = pytest.mark.slow
+# a fleet starts Ray, then opens 30,000 connections: past the suite's 120 s on a loaded CI
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 TWO = ("--launch", "--bin", "refkernel", "--bin", "refkernel", "--quiet")
 
 
