@@ -122,6 +122,13 @@ def _rows_so_far(cli) -> int:
     return len(t.read_text().splitlines()) if t and t.exists() else 0
 
 
+def _workers_seen(cli) -> set:
+    runs = sorted(cli.out.glob("stress-*"))
+    t = runs[-1] / "turns.jsonl" if runs else None
+    lines = t.read_text().splitlines() if t and t.exists() else []
+    return {json.loads(ln).get("worker") for ln in lines[:-1]}  # the last line may be half written
+
+
 def _interrupted(cli, ready, act) -> tuple[subprocess.Popen, dict, list]:
     """A timed fleet run, ``act(p)`` once ``ready(p)``; its exit and files."""
     p = _start(cli)
@@ -138,7 +145,9 @@ def _interrupted(cli, ready, act) -> tuple[subprocess.Popen, dict, list]:
 
 
 def test_a_worker_killed_mid_run_is_named_and_its_rows_are_kept(cli):
-    p, doc, rows = _interrupted(cli, lambda p: len(_workers(p)) == 2 and _rows_so_far(cli) >= 50, lambda p: _workers(p)[0].kill())
+    # both workers' rows merged before one is killed: the killed one's rows up to its death are what is checked
+    p, doc, rows = _interrupted(cli, lambda p: len(_workers(p)) == 2 and _rows_so_far(cli) >= 50 and {0, 1} <= _workers_seen(cli),
+                                lambda p: _workers(p)[0].kill())
     assert p.returncode == 5, doc["error"]
     assert doc["status"] == "failed" and "fleet worker" in doc["error"] and "was lost" in doc["error"] and "in flight" in doc["error"]
     states = sorted(w["state"] for w in doc["extras"]["fleet"]["workers"])
