@@ -22,7 +22,8 @@ grows with the load, its queue; docs/metrics.md).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import math
+from typing import Any, Iterable
 
 # both ratios under this -- the means' and the peaks' -- is the finding
 # `turns_serialised`: one turn at a time under 2 connections is 0.5 on each,
@@ -35,6 +36,7 @@ MIN_IN_FLIGHT = 1.5
 FINDING = "turns_serialised"
 
 Span = tuple[float, float]
+SWEEP_FLUSH = 8_192  # events buffered before a sweep moves its watermark
 
 
 def _num(x: Any) -> bool:
@@ -61,45 +63,24 @@ def agent_span(row: dict[str, Any]) -> Span | None:
     return (start, max(start, end))
 
 
-def overlap(spans: Sequence[Span], window: float) -> dict[str, Any]:
+def overlap(spans: Iterable[Span], window: float) -> dict[str, Any]:
     """Time-weighted mean and peak of the spans open at once over ``window`` seconds."""
-    events: list[tuple[float, int]] = []
-    total = 0.0
+    sw = Sweep()
     for a, b in spans:
-        if b > a:  # a zero-length span holds nothing open: it adds neither time nor a peak
-            total += b - a
-            # at one instant an end sorts before a start: spans that touch do not overlap
-            events += [(a, 1), (b, -1)]
-    events.sort()
-    peak = cur = 0
-    for _, d in events:
-        cur += d
-        peak = max(peak, cur)
-    return {"mean": round(total / window, 3) if window > 0 else None, "peak": peak}
+        sw.add(a, b)
+    return sw.result(window)
 
 
 def achieved(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """``{agent, in_flight, ratio, turns, seen, window_s}`` over the rows' own
     window; ``agent`` and ``ratio`` are None when no row carries an anatomy
-    (``why`` says so). None when no row has a send and an end."""
-    rows = list(rows)
-    client = [s for s in (client_span(r) for r in rows) if s is not None]
-    if not client:
-        return None
-    window = max(b for _, b in client) - min(a for a, _ in client)
-    agent = [s for s in (agent_span(r) for r in rows) if s is not None]
-    fl = overlap(client, window)
-    out: dict[str, Any] = {"in_flight": fl, "agent": None, "ratio": None, "turns": len(client), "seen": len(agent), "window_s": round(window, 3)}
-    if not agent:
-        out["why"] = "no turn carries the mock's anatomy (a run without --mock, or the mock saw no complete LLM request)"
-        return out
-    at = overlap(agent, window)
-    # a turn's mean time at the agent: a one-at-a-time agent tops out at 1 / this
-    at["turn_s"] = round(sum(b - a for a, b in agent) / len(agent), 6)
-    out["agent"] = at
-    if at["mean"] is not None and fl["mean"]:
-        out["ratio"] = round(at["mean"] / fl["mean"], 3)
-    return out
+    (``why`` says so). None when no row has a send and an end. Each side is
+    the time-weighted mean of its spans open at once over the window, and
+    the most open at one instant (harness/results/aggregate.py: Sweep)."""
+    c = Concurrency()
+    for r in rows:
+        c.add(r)
+    return c.achieved()
 
 
 def serialised(c: dict[str, Any] | None) -> bool:
@@ -137,3 +118,115 @@ def finding_text(c: dict[str, Any]) -> str:
     return (f"{FINDING}: the agent worked on {c['agent']['mean']:.1f} turns at once while {c['in_flight']['mean']:.1f} were in flight "
             f"({c['ratio']:.0%}), and on {c['agent']['peak']} at most while {c['in_flight']['peak']} were (both under {SERIAL_RATIO:.0%}): "
             "it queues turns (a worker that runs one task at a time, or a few), which shows as 'before the LLM' growing with the load")
+
+
+# --- streaming: a run's concurrency without its rows (issue 25, item 6) --------------
+
+
+class Sweep:
+    """The most spans open at one instant, and their summed length."""
+
+    __slots__ = ("n", "total", "peak", "late", "_buf", "_cur", "_wm", "_max_end", "_max_len", "_kept")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0.0
+        self.peak = 0
+        self.late = 0
+        self._buf: list[tuple[float, int]] = []
+        self._cur = 0
+        self._wm = -math.inf
+        self._max_end = -math.inf
+        self._max_len = 0.0
+        self._kept = 0
+
+    def add(self, a: float, b: float) -> None:
+        self.n += 1
+        if not b > a:  # a zero-length span holds nothing open (concurrency.overlap)
+            return
+        self.total += b - a
+        if a < self._wm:
+            self.late += 1
+            if b <= self._wm:
+                return
+            a = self._wm
+        self._buf += ((a, 1), (b, -1))
+        if b > self._max_end:
+            self._max_end = b
+        if b - a > self._max_len:
+            self._max_len = b - a
+        if len(self._buf) > self._kept + SWEEP_FLUSH:
+            # a span arrives when it ends: one that starts before the newest
+            # end minus twice the longest span seen has (nearly) never come yet
+            self._flush(self._max_end - max(1.0, 2 * self._max_len))
+
+    def _flush(self, wm: float) -> None:
+        self._buf.sort()  # at one instant an end (-1) sorts before a start: touching spans do not overlap
+        i, cur, peak = 0, self._cur, self.peak
+        for t, d in self._buf:
+            if t >= wm:
+                break
+            cur += d
+            if cur > peak:
+                peak = cur
+            i += 1
+        del self._buf[:i]
+        self._cur, self.peak, self._kept = cur, peak, len(self._buf)
+        self._wm = max(self._wm, wm)
+
+    def result(self, window: float) -> dict[str, Any]:
+        """concurrency.overlap's answer over ``window`` seconds."""
+        self._flush(math.inf)
+        out: dict[str, Any] = {"mean": round(self.total / window, 3) if window > 0 else None, "peak": self.peak}
+        if self.late:
+            out["late"] = self.late
+        return out
+
+
+class Concurrency:
+    """concurrency.achieved over rows fed one at a time."""
+
+    __slots__ = ("client", "agent", "lo", "hi", "turn_s")
+
+    def __init__(self) -> None:
+        self.client = Sweep()
+        self.agent = Sweep()
+        self.lo = math.inf
+        self.hi = -math.inf
+        self.turn_s = 0.0
+
+    def add(self, row: dict[str, Any]) -> None:
+        c = client_span(row)
+        if c is None:
+            return
+        self.client.add(*c)
+        if c[0] < self.lo:
+            self.lo = c[0]
+        if c[1] > self.hi:
+            self.hi = c[1]
+        s = agent_span(row)
+        if s is not None:
+            self.agent.add(*s)
+            self.turn_s += s[1] - s[0]
+
+    def achieved(self) -> dict[str, Any] | None:
+        if not self.client.n:
+            return None
+        window = self.hi - self.lo
+        fl = self.client.result(window)
+        out: dict[str, Any] = {"in_flight": fl, "agent": None, "ratio": None, "turns": self.client.n, "seen": self.agent.n, "window_s": round(window, 3)}
+        if not self.agent.n:
+            out["why"] = "no turn carries the mock's anatomy (a run without --mock, or the mock saw no complete LLM request)"
+            return out
+        at = self.agent.result(window)
+        at["turn_s"] = round(self.turn_s / self.agent.n, 6)
+        out["agent"] = at
+        if at["mean"] is not None and fl["mean"]:
+            out["ratio"] = round(at["mean"] / fl["mean"], 3)
+        return out
+
+    def summary(self) -> dict[str, Any] | None:
+        c = self.achieved()
+        if c is not None:
+            c["finding"] = FINDING if serialised(c) else None
+        return c

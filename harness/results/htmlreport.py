@@ -143,13 +143,15 @@ def inflight_throughput(Figure: Any, doc: dict[str, Any], rows: list[dict[str, A
     if len(timed) < 2:
         return None
     events = sorted([(r["t_rel"], 1) for r in timed] + [(r["t_rel"] + r["latency_s"], -1) for r in timed])
+    # a uniform sample of the rows holds that share of the turns in flight at each instant
+    scale = ctx["sampled"]["of"] / ctx["sampled"]["rows"] if ctx.get("sampled") else 1
     t, level, xs, ys = 0.0, 0, [], []
     for t, d in events:
         xs.append(t)
-        ys.append(level)
+        ys.append(level * scale)
         level += d
         xs.append(t)
-        ys.append(level)
+        ys.append(level * scale)
     pts = _thin(list(zip(xs, ys)), 2 * MAX_LINE_POINTS)
     fig = Figure(figsize=(9, 3.2))
     ax = fig.subplots()
@@ -459,10 +461,13 @@ def _markdown_without_html(text: str) -> str:
     return conv.convert(text)
 
 
-def render_html(doc: dict[str, Any], rows: list[dict[str, Any]], report_md: str, run_dir: Path | None = None) -> str:
-    """The whole page: charts first, then the Markdown report rendered."""
+def render_html(doc: dict[str, Any], rows: list[dict[str, Any]], report_md: str, run_dir: Path | None = None,
+                sampled: dict[str, int] | None = None) -> str:
+    """The whole page: charts first, then the Markdown report rendered.
+    ``sampled``: ``rows`` are a uniform sample of a long run's (``{"rows":
+    n, "of": total}``); the tables of report.md are over every turn."""
     Figure = _mpl()
-    ctx: dict[str, Any] = {"dir": run_dir}
+    ctx: dict[str, Any] = {"dir": run_dir, "sampled": sampled}
     figures, errors = [], []
     for name, caption, fn in CHARTS:
         try:
@@ -484,6 +489,9 @@ def render_html(doc: dict[str, Any], rows: list[dict[str, Any]], report_md: str,
         "<nav>" + "".join(f'<a href="#{n}">{html.escape(c.split(":")[0].split(",")[0])}</a>' for n, c, _ in figures) + '<a href="#report">report</a></nav>',
         f'<section id="charts" data-charts="{len(figures)}">',
     ]
+    if sampled:
+        parts.append(f'<p class="sampled" data-sampled="{sampled["rows"]}">The charts of turns draw a uniform sample of {sampled["rows"]:,} of the run\'s '
+                     f'{sampled["of"]:,} rows (the in-flight line scaled by {sampled["of"] / sampled["rows"]:.3g}); every table is over all of them.</p>')
     for name, caption, svg in figures:
         parts.append(f'<figure class="chart" id="{name}" data-chart="{name}">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>')
     if errors:

@@ -4,20 +4,23 @@ exposition (prometheus_client): `kstress report DIR --format prom` writes it
 live while a run goes. Metric names and labels are in docs/results.md.
 
 Everything is computed from the turn rows (and the summary, when the run has
-ended), so the live and the stored view agree.
+ended) through one tally fed a row at a time, so the live and the stored view
+agree and a live run keeps no row for them.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import sys
+import threading
 from typing import Any, Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from .stats import percentile
+from .aggregate import Quantiles
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -34,75 +37,104 @@ def target_name(doc: dict[str, Any]) -> str:
     return ",".join(str(n) for n in names) or "?"
 
 
-def families(scenario: str, target: str, rows: Sequence[dict[str, Any]], doc: dict[str, Any] | None = None) -> Iterable[Any]:
-    """Every metric family of a run: the rows so far, plus the final summary when ``doc`` is given."""
-    # hold's load is its probe inputs; stress's probe is the replay-guard check, not load
-    kinds = LOAD_KINDS + (("probe",) if scenario == "hold" else ())
-    turns = [r for r in rows if r.get("kind") in kinds and not r.get("warmup")]
-    kernel = any("kernel" in r for r in turns)  # several kernels at once: one series each
-    by = ["marker"] + (["kernel"] if kernel else [])
+class Tally:
+    """The turn families of a run, fed one row at a time: counts by series
+    and result, failures by name, and each series' latency (bucket counts
+    and quantiles, harness/results/aggregate.py), so that a long run's live
+    metrics keep no row. Fed on the event loop, read by the metrics server's
+    thread: both under one lock."""
 
-    def key(r: dict[str, Any]) -> tuple[str, ...]:
-        return (r.get("marker") or "text",) + ((str(r.get("kernel") or ""),) if kernel else ())
+    def __init__(self, scenario: str) -> None:
+        # hold's load is its probe inputs; stress's probe is the replay-guard check, not load
+        self.kinds = LOAD_KINDS + (("probe",) if scenario == "hold" else ())
+        self.lock = threading.Lock()
+        self.kernel = False  # several kernels at once: one series each
+        self.results: dict[tuple[str, str, str], int] = {}
+        self.names: dict[str, int] = {}
+        self.lat: dict[tuple[str, str], tuple[Quantiles, list[int], list[float]]] = {}
 
-    yield from _turn_families(scenario, target, turns, by, key)
-    yield from _latency_families(scenario, target, turns, by, key)
+    def feed(self, rows: Iterable[dict[str, Any]]) -> "Tally":
+        for r in rows:
+            self.add(r)
+        return self
+
+    def add(self, r: dict[str, Any]) -> None:
+        if r.get("kind") not in self.kinds or r.get("warmup"):
+            return
+        with self.lock:
+            if "kernel" in r:
+                self.kernel = True
+            series = (r.get("marker") or "text", str(r.get("kernel") or ""))
+            passed = bool(r.get("passed"))
+            k = series + ("passed" if passed else "failed",)
+            self.results[k] = self.results.get(k, 0) + 1
+            if not passed and r.get("failures"):
+                n = str(r["failures"][0]).split(" ", 1)[0]
+                self.names[n] = self.names.get(n, 0) + 1
+            if passed and _num(r.get("latency_s")):
+                x = r["latency_s"]
+                got = self.lat.get(series)
+                if got is None:
+                    got = self.lat[series] = (Quantiles(), [0] * (len(BUCKETS) + 1), [0.0])
+                got[0].add(x)
+                got[1][bisect.bisect_left(BUCKETS, x)] += 1
+                got[2][0] += x
+
+    def families(self, scenario: str, target: str) -> list[Any]:
+        with self.lock:
+            return list(self._turn_families(scenario, target)) + list(self._latency_families(scenario, target))
+
+    def _key(self, series: tuple[str, ...]) -> tuple[str, ...]:
+        return series if self.kernel else series[:1]
+
+    def _by(self) -> list[str]:
+        return ["marker"] + (["kernel"] if self.kernel else [])
+
+    def _turn_families(self, scenario: str, target: str) -> Iterable[Any]:
+        """The turns judged, by marker and result, and the failed ones by failure name."""
+        labels = ["scenario", "target"]
+        counts = CounterMetricFamily("kstress_turns", "Turns judged, by marker and result (warm-up turns excluded).", labels=labels + self._by() + ["result"])
+        tally: dict[tuple[str, ...], int] = {}
+        for k, v in self.results.items():
+            kk = self._key(k[:2]) + k[2:]
+            tally[kk] = tally.get(kk, 0) + v
+        for k, v in sorted(tally.items()):
+            counts.add_metric([scenario, target, *k], v)
+        yield counts
+        fails = CounterMetricFamily("kstress_failures", "Failed turns by failure name (the first word of the first failure).", labels=labels + ["failure"])
+        for n, v in sorted(self.names.items()):
+            fails.add_metric([scenario, target, n], v)
+        yield fails
+
+    def _latency_families(self, scenario: str, target: str) -> Iterable[Any]:
+        """Passed turns' latency: a histogram and nearest-rank quantiles per series."""
+        labels = ["scenario", "target"]
+        hist = HistogramMetricFamily("kstress_turn_latency_seconds", "Latency of passed turns, send to terminal frame.", labels=labels + self._by())
+        quant = GaugeMetricFamily("kstress_turn_latency_quantile_seconds", "Nearest-rank quantiles of passed turns' latency.", labels=labels + self._by() + ["quantile"])
+        for series, (q, counts, total) in sorted(self.lat.items()):
+            k = self._key(series)
+            buckets, acc = [], 0
+            for b, c in zip(BUCKETS, counts):
+                acc += c
+                buckets.append((repr(b), acc))
+            buckets.append(("+Inf", q.n))
+            hist.add_metric([scenario, target, *k], buckets, total[0])
+            for p in QUANTILES:
+                quant.add_metric([scenario, target, *k, repr(p)], q.percentile(p * 100))
+        yield hist
+        yield quant
+
+
+def families(scenario: str, target: str, rows: "Iterable[dict[str, Any]] | Tally", doc: dict[str, Any] | None = None) -> Iterable[Any]:
+    """Every metric family of a run: the rows so far (or their tally), plus the final summary when ``doc`` is given."""
+    tally = rows if isinstance(rows, Tally) else Tally(scenario).feed(rows)
+    yield from tally.families(scenario, target)
     if doc is None:
         return
     s = doc.get("summary") or {}
     yield from _run_families(scenario, target, doc, s)
     yield from _resource_families(scenario, target, s.get("resources") or {})
     yield from _scenario_families(scenario, target, s)
-
-
-_Key = Callable[[dict[str, Any]], tuple[str, ...]]
-
-
-def _turn_families(scenario: str, target: str, turns: list[dict[str, Any]], by: list[str], key: _Key) -> Iterable[Any]:
-    """The turns judged, by marker and result, and the failed ones by failure name."""
-    labels = ["scenario", "target"]
-    counts = CounterMetricFamily("kstress_turns", "Turns judged, by marker and result (warm-up turns excluded).", labels=labels + by + ["result"])
-    tally: dict[tuple[str, ...], int] = {}
-    for r in turns:
-        k = key(r) + ("passed" if r.get("passed") else "failed",)
-        tally[k] = tally.get(k, 0) + 1
-    for k, v in sorted(tally.items()):
-        counts.add_metric([scenario, target, *k], v)
-    yield counts
-
-    fails = CounterMetricFamily("kstress_failures", "Failed turns by failure name (the first word of the first failure).", labels=labels + ["failure"])
-    names: dict[str, int] = {}
-    for r in turns:
-        if not r.get("passed") and r.get("failures"):
-            n = str(r["failures"][0]).split(" ", 1)[0]
-            names[n] = names.get(n, 0) + 1
-    for n, v in sorted(names.items()):
-        fails.add_metric([scenario, target, n], v)
-    yield fails
-
-
-def _latency_families(scenario: str, target: str, turns: list[dict[str, Any]], by: list[str], key: _Key) -> Iterable[Any]:
-    """Passed turns' latency: a histogram and nearest-rank quantiles per series."""
-    labels = ["scenario", "target"]
-    lat: dict[tuple[str, ...], list[float]] = {}
-    for r in turns:
-        if r.get("passed") and _num(r.get("latency_s")):
-            lat.setdefault(key(r), []).append(r["latency_s"])
-    hist = HistogramMetricFamily("kstress_turn_latency_seconds", "Latency of passed turns, send to terminal frame.", labels=labels + by)
-    quant = GaugeMetricFamily("kstress_turn_latency_quantile_seconds", "Nearest-rank quantiles of passed turns' latency.", labels=labels + by + ["quantile"])
-    for k, xs in sorted(lat.items()):
-        xs.sort()
-        buckets, i = [], 0
-        for b in BUCKETS:
-            while i < len(xs) and xs[i] <= b:
-                i += 1
-            buckets.append((repr(b), i))
-        buckets.append(("+Inf", len(xs)))
-        hist.add_metric([scenario, target, *k], buckets, math.fsum(xs))
-        for q in QUANTILES:
-            quant.add_metric([scenario, target, *k, repr(q)], percentile(xs, q * 100))
-    yield hist
-    yield quant
 
 
 def _run_families(scenario: str, target: str, doc: dict[str, Any], s: dict[str, Any]) -> Iterable[Any]:
@@ -194,12 +226,12 @@ class LiveMetrics:
     """--metrics-port: the run's families served on 127.0.0.1:PORT/metrics
     while it goes (loopback only), stopped with the run."""
 
-    def __init__(self, port: int, scenario: str, target: Callable[[], str], rows: list[dict[str, Any]]) -> None:
+    def __init__(self, port: int, scenario: str, target: Callable[[], str]) -> None:
         from prometheus_client import start_http_server
 
+        self.tally = Tally(scenario)  # the runner feeds it each row
         self.registry = CollectorRegistry(auto_describe=False)
-        # a copy of the list: the event loop appends while the server thread reads
-        self.registry.register(_RunCollector(lambda: families(scenario, target(), list(rows))))
+        self.registry.register(_RunCollector(lambda: families(scenario, target(), self.tally)))
         self.server, self.thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
         self.port = self.server.server_port
         print(f"kstress: metrics at http://127.0.0.1:{self.port}/metrics", file=sys.stderr, flush=True)

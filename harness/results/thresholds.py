@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import UsageError
-from .concurrency import achieved
-from .stats import percentile, summarize
+from .aggregate import EXACT_MAX, HIST_PRECISION, Ends, Level, Quantiles
+from .stats import summarize
 from ..judge.verdict import failure_name
 
 GRAMMAR = (
@@ -65,6 +65,10 @@ class Threshold:
     @property
     def latency(self) -> bool:
         return self.percentile is not None or self.metric in ("max", "mean")
+
+    def level(self) -> Level:
+        """What this threshold keeps of the rows it selects."""
+        return Level(concurrency=self.metric == "concurrency_ratio")
 
     def selects(self, row: dict[str, Any]) -> bool:
         if self.markers and (row.get("marker") or "text") not in self.markers:
@@ -172,43 +176,57 @@ def check_mix_markers(exprs: Iterable[str], markers: Sequence[str], flag: str = 
 def span_s(rows: Sequence[dict[str, Any]]) -> float:
     """From the first send to the last end among ``rows``: the time the load
     they are part of took."""
-    starts = [r["t_rel"] for r in rows if isinstance(r.get("t_rel"), (int, float))]
-    ends = [r["t_rel"] + (r.get("latency_s") or 0) for r in rows if isinstance(r.get("t_rel"), (int, float))]
-    return max(ends) - min(starts) if starts else 0.0
+    lvl = Level()
+    for r in rows:
+        lvl.add(r)
+    return lvl.span()
 
 
-def measure(t: Threshold, rows: Sequence[dict[str, Any]], duration_s: float | None = None) -> tuple[float | None, str]:
+def measure(t: Threshold, rows: Iterable[dict[str, Any]], duration_s: float | None = None) -> tuple[float | None, str]:
     """The threshold's metric over the selected rows, and a note when it could not be measured."""
-    sel = [r for r in rows if t.selects(r)]
-    passed = [r for r in sel if r.get("passed")]
+    lvl = t.level()
+    for r in rows:
+        if t.selects(r):
+            lvl.add(r)
+    return measure_level(t, lvl, duration_s)
+
+
+def measure_level(t: Threshold, lvl: Level, duration_s: float | None = None) -> tuple[float | None, str]:
+    """The threshold's metric over the rows its :class:`Level` was fed (the
+    selected ones): what a streaming run keeps instead of the rows."""
+    q = lvl.lat
     if t.latency:
-        lat = sorted(r["latency_s"] for r in passed if isinstance(r.get("latency_s"), (int, float)))
-        if not lat:
+        if not q.n:
             return None, "no passed turn to measure latency on"
+        approx = "" if q.exact else f" (within {HIST_PRECISION:.0%}: a histogram past {EXACT_MAX} samples)"
         if t.percentile is not None:
-            return percentile(lat, t.percentile), f"over {len(lat)} passed turns"
-        return (lat[-1] if t.metric == "max" else math.fsum(lat) / len(lat)), f"over {len(lat)} passed turns"
+            return q.percentile(t.percentile), f"over {q.n} passed turns{approx}"
+        if t.metric == "max":
+            return q.max, f"over {q.n} passed turns"
+        xs = q.values()
+        return (math.fsum(xs) / len(xs) if xs is not None else q.sum / q.n), f"over {q.n} passed turns"
     if t.metric == "pass_rate":
-        if not sel:
+        if not lvl.attempted:
             return None, "no input attempted"
-        return len(passed) / len(sel), f"{len(passed)}/{len(sel)}"
+        return lvl.passed / lvl.attempted, f"{lvl.passed}/{lvl.attempted}"
     if t.metric == "errors":
-        failed = [r for r in sel if not r.get("passed")]
         if t.error_name is not None:
-            failed = [r for r in failed if name_matches(failure_name(r) or "", t.error_name)]
-        return float(len(failed)), f"of {len(sel)} attempted"
+            wanted = t.error_name
+            return float(sum(c for n, c in lvl.failures.items() if name_matches(n, wanted))), f"of {lvl.attempted} attempted"
+        return float(lvl.failed), f"of {lvl.attempted} attempted"
     if t.metric == "attempted":
-        return float(len(sel)), ""
+        return float(lvl.attempted), ""
     if t.metric == "concurrency_ratio":
-        c = achieved(sel)
+        assert lvl.conc is not None
+        c = lvl.conc.achieved()
         if c is None or c.get("ratio") is None:
             return None, (c or {}).get("why") or "no turn ended"
         return c["ratio"], f"{c['agent']['mean']:.2f} at the agent of {c['in_flight']['mean']:.2f} in flight"
     # throughput: passed inputs per second of the load's own span
-    span = duration_s if duration_s is not None else span_s(sel)
+    span = duration_s if duration_s is not None else lvl.span()
     if span <= 0:
         return None, "no time elapsed"
-    return len(passed) / span, f"{len(passed)} passed in {span:.2f} s"
+    return lvl.passed / span, f"{lvl.passed} passed in {span:.2f} s"
 
 
 def name_matches(name: str, wanted: str) -> bool:
@@ -218,10 +236,20 @@ def name_matches(name: str, wanted: str) -> bool:
     return wanted in (name, kind, sub)
 
 
-def evaluate(thresholds: Sequence[Threshold], rows: Sequence[dict[str, Any]], duration_s: float | None = None) -> list[ThresholdResult]:
+def evaluate(thresholds: Sequence[Threshold], rows: Iterable[dict[str, Any]], duration_s: float | None = None) -> list[ThresholdResult]:
+    levels = [t.level() for t in thresholds]
+    for r in rows:
+        for t, lvl in zip(thresholds, levels):
+            if t.selects(r):
+                lvl.add(r)
+    return evaluate_levels(thresholds, levels, duration_s)
+
+
+def evaluate_levels(thresholds: Sequence[Threshold], levels: Sequence[Level], duration_s: float | None = None) -> list[ThresholdResult]:
+    """Each threshold judged on the :class:`Level` of its selection."""
     out = []
-    for t in thresholds:
-        value, note = measure(t, rows, duration_s)
+    for t, lvl in zip(thresholds, levels):
+        value, note = measure_level(t, lvl, duration_s)
         ok = value is not None and OPS[t.op](value, t.bound)
         out.append(ThresholdResult(t.expr, None if value is None else round(value, 6), ok, note))
     return out
@@ -246,46 +274,58 @@ def fmt_value(t: Threshold | str, value: float | None) -> str:
 
 
 def latency_stats(xs: Sequence[float]) -> dict[str, Any]:
-    s = summarize(xs, LATENCY_PS)
+    return _rounded(summarize(xs, LATENCY_PS))
+
+
+def latency_stats_of(q: Quantiles) -> dict[str, Any]:
+    """latency_stats of a streaming series (``rel_error`` when from its histogram)."""
+    return _rounded(q.stats(LATENCY_PS))
+
+
+def _rounded(s: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items() if k != "min"}
 
 
-def latency_by_marker(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def latency_by_marker(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``{"all": S, marker: S, ...}``, S = n, p50, p90, p95, p99, max, mean of
     the passed turns' latency (seconds); `text` is a plain input."""
-    groups: dict[str, list[float]] = {}
-    every: list[float] = []
+    every, groups = Quantiles(), {}
     for r in rows:
-        if r.get("passed") and isinstance(r.get("latency_s"), (int, float)):
-            every.append(r["latency_s"])
-            groups.setdefault(r.get("marker") or "text", []).append(r["latency_s"])
-    out = {"all": latency_stats(every)}
+        add_by_marker(every, groups, r)
+    return by_marker_of(every, groups)
+
+
+def add_by_marker(every: Quantiles, groups: dict[str, Quantiles], r: dict[str, Any]) -> None:
+    if r.get("passed") and isinstance(r.get("latency_s"), (int, float)):
+        every.add(r["latency_s"])
+        m = r.get("marker") or "text"
+        q = groups.get(m)
+        if q is None:
+            q = groups[m] = Quantiles()
+        q.add(r["latency_s"])
+
+
+def by_marker_of(every: Quantiles, groups: dict[str, Quantiles]) -> dict[str, dict[str, Any]]:
+    out = {"all": latency_stats_of(every)}
     for m in sorted(groups):
-        out[m] = latency_stats(groups[m])
+        out[m] = latency_stats_of(groups[m])
     return out
 
 
-def throughput_windows(rows: Sequence[dict[str, Any]], max_windows: int = 60) -> dict[str, Any] | None:
+def throughput_windows(rows: Iterable[dict[str, Any]], max_windows: int = 60) -> dict[str, Any] | None:
     """Passed turns per second in fixed windows by completion time: the
     stable rate (median of the whole windows, the edges excluded: ramp-up and
     the last partial window) and the peak. Window = 1 s, or longer so that a
     long run has at most ``max_windows``."""
-    ends = sorted(r["t_rel"] + r["latency_s"] for r in rows if r.get("passed") and isinstance(r.get("t_rel"), (int, float)) and isinstance(r.get("latency_s"), (int, float)))
-    starts = [r["t_rel"] for r in rows if isinstance(r.get("t_rel"), (int, float))]
-    if not ends or not starts:
-        return None
-    t0, t1 = min(starts), ends[-1]
-    window = max(1.0, math.ceil((t1 - t0) / max_windows))
-    n = max(1, math.ceil((t1 - t0) / window))
-    counts = [0] * n
-    for e in ends:
-        counts[min(n - 1, int((e - t0) / window))] += 1
-    rates = [c / window for c in counts]
-    inner = rates[1:-1] if n > 2 else rates
-    inner_sorted = sorted(inner)
-    return {
-        "window_s": window,
-        "stable_per_s": round(inner_sorted[(len(inner_sorted) - 1) // 2], 3),
-        "peak_per_s": round(max(rates), 3),
-        "windows": [[round(t0 + i * window, 3), round(r, 3)] for i, r in enumerate(rates)],
-    }
+    ends = Ends()
+    for r in rows:
+        add_end(ends, r)
+    return ends.windows(max_windows)
+
+
+def add_end(ends: Ends, r: dict[str, Any]) -> None:
+    t = r.get("t_rel")
+    if isinstance(t, (int, float)):
+        ends.start(t)
+        if r.get("passed") and isinstance(r.get("latency_s"), (int, float)):
+            ends.end(t + r["latency_s"])

@@ -73,7 +73,11 @@ def render_as(path: Path, fmt: str) -> str:
     if fmt == "html":
         from ..results.htmlreport import render_html
 
-        return render_html(view, rows or [], text, path)
+        sc, sampled = scenario(view["scenario"]), {}
+        if sc.digest is not None and rows:
+            # the charts the run drew: a long run's from the same sample of its rows
+            rows, sampled = sc.digest(view.get("settings") or {}, view.get("extras") or {}).feed(rows).chart()
+        return render_html(view, rows or [], text, path, **sampled)
     if fmt == "prom":
         from ..results.promexport import render_prom
 

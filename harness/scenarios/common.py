@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from mock.markers import N_MAX, N_MIN
 
@@ -13,31 +13,37 @@ from ..results.rundir import Check
 from .runner import Progress, Run, RunResult
 from ..results.stats import summarize
 from ..sandbox.sut import Access, Target
-from ..results.thresholds import LATENCY_PS, latency_stats, span_s
+from ..results.aggregate import Level
+from ..results.thresholds import LATENCY_PS, latency_stats_of
 from ..judge.verdict import failure_counts
 
 # what a kernel's entry in extras["kernels"] may carry beside its name, copied to summary.kernels[]
 KERNEL_EXTRAS = ("weight", "conns", "sessions")
 
-__all__ = ["Access", "Progress", "Run", "RunResult", "Target", "check_batch_sizes", "failure_counts", "ints", "kernel_checks", "kernel_sections", "kernel_summaries", "level_stats"]
+__all__ = ["Access", "Progress", "Run", "RunResult", "Target", "check_batch_sizes", "failure_counts", "ints", "kernel_checks", "kernel_sections", "kernel_summaries", "level_of", "level_stats"]
 
 
-def level_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def level_stats(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """One load level's row (a stage of a ramp, a step of find-max):
     attempted, passed, pass rate, p50/p95/p99 and mean of the passed turns,
     throughput over the turns' own span, failures by name."""
-    passed = [r for r in rows if r.get("passed")]
-    lat = [r["latency_s"] for r in passed if isinstance(r.get("latency_s"), (int, float))]
-    span = span_s(rows)
-    failures, _ = failure_counts(rows)
-    st = latency_stats(lat)
+    lvl = Level()
+    for r in rows:
+        lvl.add(r)
+    return level_of(lvl)
+
+
+def level_of(lvl: Level) -> dict[str, Any]:
+    """level_stats of the rows a :class:`Level` was fed (a streaming run's stages)."""
+    span = lvl.span()
+    st = latency_stats_of(lvl.lat)
     return {
-        "attempted": len(rows),
-        "passed": len(passed),
-        "pass_rate": round(len(passed) / len(rows), 6) if rows else None,
-        "latency_s": {k: st.get(k) for k in ("n", "p50", "p95", "p99", "max", "mean")},
-        "throughput_per_s": round(len(passed) / span, 3) if span > 0 else None,
-        "errors": failures,
+        "attempted": lvl.attempted,
+        "passed": lvl.passed,
+        "pass_rate": round(lvl.passed / lvl.attempted, 6) if lvl.attempted else None,
+        "latency_s": {k: st.get(k) for k in ("n", "p50", "p95", "p99", "max", "mean", "rel_error") if k in st or k != "rel_error"},
+        "throughput_per_s": round(lvl.passed / span, 3) if span > 0 else None,
+        "errors": lvl.failure_counts()[0],
     }
 
 
@@ -64,39 +70,47 @@ def ints(value: str, flag: str = "--n") -> tuple[int, ...]:
 # --- several kernels at once ------------------------------------------------------------
 
 
-def kernel_summaries(inputs: list[dict[str, Any]], extras: dict[str, Any], stat: Any = None) -> list[dict[str, Any]]:
+def kernel_summaries(inputs: Iterable[dict[str, Any]], extras: dict[str, Any], stat: Any = None) -> list[dict[str, Any]]:
     """summary.kernels: one object per kernel of extras["kernels"] (the
     runner names them), from the rows that carry its name, with the figures
     of the whole summary: attempted, passed, pass_rate, failures (by name),
     latency_s (the same percentiles), throughput_per_s, orphans. ``stat``
     keeps a row in the statistics (default: every row not in a warm-up)."""
     stat = stat or (lambda r: not r.get("warmup"))
+    every: dict[str, Level] = {}
+    stats: dict[str, Level] = {}
+    for r in inputs:
+        name = r.get("kernel")
+        if name is None:
+            continue
+        every.setdefault(name, Level()).add(r)
+        if stat(r):
+            stats.setdefault(name, Level()).add(r)
+    return [kernel_entry(k, every.get(k["name"]) or Level(), stats.get(k["name"]) or Level(), extras) for k in extras.get("kernels") or ()]
+
+
+def kernel_entry(k: dict[str, Any], every: Level, stat: Level, extras: dict[str, Any]) -> dict[str, Any]:
+    """One kernel's object of summary.kernels: counts and failures over
+    ``every`` row of it, latency and throughput over its ``stat`` rows."""
+    name = k["name"]
     orphans = extras.get("orphans")
-    out = []
-    for k in extras.get("kernels") or ():
-        name = k["name"]
-        rs = [r for r in inputs if r.get("kernel") == name]
-        passed = [r for r in rs if r.get("passed")]
-        stat_rows = [r for r in rs if stat(r)]
-        failures, examples = failure_counts(rs)
-        lat = summarize([r["latency_s"] for r in passed if stat(r) and r.get("latency_s") is not None], LATENCY_PS)
-        duration = span_s(stat_rows)
-        row: dict[str, Any] = {
-            "name": name,
-            **{f: k[f] for f in KERNEL_EXTRAS if f in k},
-            "attempted": len(rs),
-            "passed": len(passed),
-            "pass_rate": (len(passed) / len(rs)) if rs else None,
-            "failures": failures,
-            "failure_examples": examples,
-            "latency_s": {m: (round(v, 6) if isinstance(v, float) else v) for m, v in lat.items()},
-            "throughput_per_s": round(sum(1 for r in stat_rows if r.get("passed")) / duration, 2) if duration > 0 else None,
-            "orphans": None if orphans is None else [o for o in orphans if o.get("kernel") == name],
-        }
-        if k.get("dedup_probe") is not None:
-            row["dedup_probe"] = k["dedup_probe"]
-        out.append(row)
-    return out
+    failures, examples = every.failure_counts()
+    duration = stat.span()
+    row: dict[str, Any] = {
+        "name": name,
+        **{f: k[f] for f in KERNEL_EXTRAS if f in k},
+        "attempted": every.attempted,
+        "passed": every.passed,
+        "pass_rate": (every.passed / every.attempted) if every.attempted else None,
+        "failures": failures,
+        "failure_examples": examples,
+        "latency_s": {m: (round(v, 6) if isinstance(v, float) else v) for m, v in stat.lat.stats(LATENCY_PS).items()},
+        "throughput_per_s": round(stat.passed / duration, 2) if duration > 0 else None,
+        "orphans": None if orphans is None else [o for o in orphans if o.get("kernel") == name],
+    }
+    if k.get("dedup_probe") is not None:
+        row["dedup_probe"] = k["dedup_probe"]
+    return row
 
 
 def kernel_checks(summary: dict[str, Any], what: str = "input") -> list[Check]:

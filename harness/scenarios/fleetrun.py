@@ -120,6 +120,10 @@ async def fleet_load(run: Run, fleet: Fleet, entry: str, settings: Any, targets:
     n = len(fleet.workers)
     jobs = [{**(job or {}), "settings": settings, "worker": i, "workers": n, "targets": views, "weights": weights, "run_t0": run.t0} for i in range(n)]
     head_t0 = time.monotonic() + START_AHEAD_S
+    if not info.get("loads"):
+        # the first load's start, as one process records it; before any row:
+        # a streaming summary places each row in its stage as it comes
+        run.extras["load_t0_rel"] = round(head_t0 - run.t0, 4)
     merge = _Merge(run, targets, fleet, on_note)
     try:
         await fleet.run(entry, jobs, head_t0, merge.batch)
@@ -131,8 +135,6 @@ async def fleet_load(run: Run, fleet: Fleet, entry: str, settings: Any, targets:
         info["merge_s"] = round(info.get("merge_s", 0.0) + merge.seconds, 4)
         info["rows_merged"] = info.get("rows_merged", 0) + merge.rows
         _merge_extras(run.extras, [w.extras for w in fleet.workers])
-        if not info.get("loads"):
-            run.extras["load_t0_rel"] = round(head_t0 - run.t0, 4)  # the first load's start, as one process records it
         info["loads"] = info.get("loads", 0) + 1
 
 

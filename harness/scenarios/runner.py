@@ -7,8 +7,10 @@ runner owns the rest, in small parts:
 
     open     check the targets (usage errors before any run directory), create
              the run directory, start what the run owns (sandboxes)
-    record   one recorder for every turn: judge -> row -> turns.jsonl -> progress,
-             the rows kept in memory for the summary (nothing is read back)
+    record   one recorder for every turn: judge -> row -> turns.jsonl -> progress;
+             a scenario with a digest (stress) feeds each row to it and keeps
+             none (memory flat in turns: harness/scenarios/digest.py), the
+             others keep their rows in memory for the summary
     close    stop what the run started, list orphans (every scenario that started
              its target fails naming them), copy the mock's log and process logs
     write    summary, checks, run.json and report.md -- on every path: pass,
@@ -108,6 +110,10 @@ class Scenario:
     kernels: bool = False
     # what `kstress compare` compares of two stored runs (harness/results/comparison.py)
     compare: CompareSpec = CompareSpec(refused="it has no comparison")
+    # settings (as run.json stores them), extras -> what the run keeps of its
+    # rows instead of the rows: add(row), summary(), thresholds(), chart();
+    # `summarize` must answer what the digest fed the same rows answers
+    digest: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None
     # the rows --threshold judges: the load, without probes and warm-up
     threshold_rows: Callable[[Rows], Rows] = lambda rows: [r for r in rows if r.get("kind") != "probe" and not r.get("warmup")]
 
@@ -134,11 +140,44 @@ def all_checks(scenario: Scenario, summary: dict[str, Any], settings: dict[str, 
     return scenario.checks(summary, settings) + orphan_checks(extras) + llm_api_checks(extras)
 
 
+class RowSink:
+    """``run.rows`` of a scenario with a digest: each row goes to the digest
+    (and to the live metrics) and is not kept."""
+
+    def __init__(self, digest: Any, live: Any = None) -> None:
+        self.digest = digest
+        self.live = live
+        self.n = 0
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.n += 1
+        self.digest.add(row)
+        if self.live is not None:
+            self.live.add(row)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class RowList(list):
+    """``run.rows`` of a scenario without a digest: kept, and counted for the live metrics."""
+
+    def __init__(self, live: Any) -> None:
+        super().__init__()
+        self.live = live
+
+    def append(self, row: dict[str, Any]) -> None:
+        super().append(row)
+        self.live.add(row)
+
+
 def threshold_results(scenario: Scenario, rows: Rows, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """summary.thresholds: each --threshold with its measured value, from the raw rows."""
+    """summary.thresholds: each --threshold with its measured value, from the raw rows (or the run's digest)."""
     exprs = settings.get("thresholds") or ()
     if not exprs:
         return []
+    if isinstance(rows, RowSink):
+        return rows.digest.thresholds()
     return [r.to_json() for r in evaluate(parse_thresholds(exprs), scenario.threshold_rows(rows))]
 
 
@@ -159,12 +198,19 @@ def partial_summary(scenario: Scenario, rows: Rows, settings: dict[str, Any], ex
     """What a cut-short run measured, from the turns that did finish: the same
     function `kstress report` uses, so the two always agree."""
     summary: dict[str, Any] = {"partial": True, "turns_recorded": len(rows)}
-    if rows:
+    if len(rows):
         try:
-            summary.update(scenario.summarize(rows, settings, extras))
+            summary.update(summarize_rows(scenario, rows, settings, extras))
         except Exception as exc:  # noqa: BLE001 - the files must still be written
             summary["summary_error"] = f"{type(exc).__name__}: {exc}"
     return summary
+
+
+def summarize_rows(scenario: Scenario, rows: Rows, settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's summary of the rows: from the run's own digest when it kept one."""
+    if isinstance(rows, RowSink):
+        return rows.digest.summary()
+    return scenario.summarize(rows, settings, extras)
 
 
 class Progress:
@@ -300,12 +346,15 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
     for t in targets:
         t.prepare()  # usage errors end here, before a run directory exists
         await t.preflight(getattr(settings, "connect_timeout_s", 5.0))
-    live_rows: list[dict[str, Any]] = []
-    live = _live_metrics(scenario, settings, targets, live_rows)  # a port in use is a usage error: before the run dir
+    live = _live_metrics(scenario, settings, targets)  # a port in use is a usage error: before the run dir
     rundir = RunDir(scenario.name, Path(settings.out))
     started = time.time()
     run = Run(rundir, targets, Progress(total, settings.quiet))
-    run.rows = live_rows
+    tally = live.tally if live is not None else None
+    if scenario.digest is not None:
+        run.rows = RowSink(scenario.digest(scenario.to_json(settings, targets), run.extras), tally)
+    elif tally is not None:
+        run.rows = RowList(tally)
     if any(t.kernel for t in targets):
         # the kernels' names, so that `kstress report` has a row (and an orphan
         # check) for every kernel, even one that never recorded a turn
@@ -368,7 +417,7 @@ async def run_scenario(scenario: Scenario, settings: Any, targets: Sequence[Targ
 SOURCE: dict[str, str] = {}
 
 
-def _live_metrics(scenario: Scenario, settings: Any, targets: Sequence[Target], rows: list[dict[str, Any]]) -> Any:
+def _live_metrics(scenario: Scenario, settings: Any, targets: Sequence[Target]) -> Any:
     """--metrics-port P: the run's Prometheus families on 127.0.0.1:P while it goes."""
     port = getattr(settings, "metrics_port", None)
     if port is None:
@@ -379,7 +428,7 @@ def _live_metrics(scenario: Scenario, settings: Any, targets: Sequence[Target], 
         return ",".join(str((t.meta or {}).get("label") or (t.meta or {}).get("name") or "?") for t in targets) or "?"
 
     try:
-        return LiveMetrics(port, scenario.name, name, rows)
+        return LiveMetrics(port, scenario.name, name)
     except OSError as exc:
         raise UsageError(f"--metrics-port {port}: cannot listen on 127.0.0.1:{port} ({exc.strerror}); pick a free port, or 0 for any") from None
 
@@ -472,7 +521,7 @@ def _process_start() -> float | None:
 def _write(scenario: Scenario, settings: Any, targets: Sequence[Target], run: Run, started: float, error: BaseException | None) -> RunResult:
     exit_code, message, status = _exit_for(error)
     rundir, rows = run.dir, run.rows
-    if exit_code == EXIT_USAGE and not rows and not any(rundir.path.glob("logs*")):
+    if exit_code == EXIT_USAGE and not len(rows) and not any(rundir.path.glob("logs*")):
         # bad input caught before anything ran: the message is the result; an
         # empty FAIL report beside it would only be noise
         shutil.rmtree(rundir.path, ignore_errors=True)
@@ -495,11 +544,15 @@ def _write(scenario: Scenario, settings: Any, targets: Sequence[Target], run: Ru
 
 def write_html(path: Path, doc: dict[str, Any], rows: Rows, report: str) -> Path | None:
     """report.html beside report.md. Charts are a view: when they cannot be
-    drawn the run's result stands, and the page (or stderr) says why."""
+    drawn the run's result stands, and the page (or stderr) says why. A run
+    with a digest draws the rows it sampled (every row of a short run)."""
     from ..results.htmlreport import render_html
 
+    sampled: dict[str, Any] = {}
+    if isinstance(rows, RowSink):
+        rows, sampled = rows.digest.chart()
     try:
-        text = render_html(doc, list(rows), report, path)
+        text = render_html(doc, list(rows), report, path, **sampled)
     except Exception as exc:  # noqa: BLE001 - the run's files are written; only the view is lost
         print(f"kstress: report.html not written: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
@@ -513,7 +566,7 @@ def recompute(scenario: Scenario, doc: dict[str, Any], rows: Rows, reason: str |
     at its end, and what `kstress report` recomputes from the files."""
     settings, extras = doc.get("settings") or {}, doc.get("extras") or {}
     if doc.get("status", "completed") == "completed" and not (doc.get("summary") or {}).get("partial"):
-        summary = scenario.summarize(rows, settings, extras)
+        summary = summarize_rows(scenario, rows, settings, extras)
         checks = all_checks(scenario, summary, settings, extras)
     else:
         summary, checks = partial_summary(scenario, rows, settings, extras), [Check("run completed", False, reason or doc.get("error") or "")]

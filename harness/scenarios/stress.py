@@ -19,13 +19,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from mock.errors import MarkerError
 from mock.markers import build_plan
 
 from ..wire.client import ConnError, KernelClient, new_nonce
-from ..judge.verdict import failure_name
 from ..errors import UsageError
 from .options import check_timeouts, connect_opt, fleet_opt, fleet_workers_opt, metrics_opt, opt, out_opt, quiet_opt, threshold_opt
 from ..fleet import parse_fleet
@@ -38,12 +37,13 @@ from ..results.comparison import SHAPE, CompareSpec, RunPair, latency_rows, load
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario, settings_json
 from ..load.sampler import Sampler
-from ..results.stats import summarize
-from ..results.thresholds import LATENCY_PS, check_mix_markers, latency_by_marker, span_s, throughput_windows
+from ..results.aggregate import Level, Quantiles
+from ..results.thresholds import LATENCY_PS, by_marker_of, check_mix_markers
 from ..load.kernels import check_split, schedule
 from ..load.shapes import DURATION_HELP, MAX_RUN_S, Ramp, arrival_offsets, duration_parser, follow_level, parse_stages
 from ..sandbox.sut import Access, Target, kernel_targets
-from .common import failure_counts, kernel_checks, kernel_sections, kernel_summaries, level_stats
+from .common import kernel_checks, kernel_entry, kernel_sections, level_of, level_stats
+from .digest import ANATOMY_PARTS, LoadDigest
 
 DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
 DEFAULT_INTERRUPT_MARKER = "!batch2"
@@ -496,54 +496,70 @@ async def fleet_share(job: dict[str, Any], sink: Any, t0: float) -> dict[str, An
     return run.extras
 
 
-def summarize_stress(rows: list[dict[str, Any]], extras: dict[str, Any] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarize_stress(rows: Iterable[dict[str, Any]], extras: dict[str, Any] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the report shows, from the turn rows alone (+ extras):
-    `kstress report` recomputes it from turns.jsonl."""
-    extras = extras or {}
-    every = [r for r in rows if r.get("kind") in ("load", "interrupt")]
-    warm = [r for r in every if r.get("warmup")]
-    # warm-up turns are verified (the check counts them) but out of every statistic
-    inputs = [r for r in every if not r.get("warmup")]
-    stat_rows = inputs
-    passed = [r for r in inputs if r.get("passed")]
-    # keyed by the failure's name without its numbers (`count 1/4` and
-    # `count 3/4` are one row); the first full reason of each is kept as an example
-    failures, examples = failure_counts(inputs)
-    lat = [r["latency_s"] for r in passed if r.get("latency_s") is not None]
-    first = [r["first_frame_s"] for r in passed if r.get("first_frame_s") is not None]
-    sched = [r["scheduled_s"] for r in passed if r.get("scheduled_s") is not None]
-    interrupts = [r for r in inputs if r.get("kind") == "interrupt"]
-    # from the first send to the last end: what the load took, the same span a throughput threshold uses
-    duration = span_s(stat_rows)
-    kstats = extras.get("kernel_stats") or {}
-    res = extras.get("resources") or {}
-    return {
-        "attempted": len(inputs),
-        "passed": len(passed),
-        "pass_rate": (len(passed) / len(inputs)) if inputs else None,
-        "failures": dict(sorted(failures.items())),
-        "failure_examples": dict(sorted(examples.items())),
-        "interrupts": {"attempted": len(interrupts), "passed": sum(1 for r in interrupts if r.get("passed"))} | cancel_summary(interrupts),
-        "latency_s": _pcts(lat),
-        "latency_by_marker": latency_by_marker(stat_rows),
-        "throughput": throughput_windows(stat_rows),
-        "first_frame_s": _pcts(first),
-        "scheduled_latency_s": _pcts(sched) if sched else None,
-        "throughput_per_s": round(sum(1 for r in stat_rows if r.get("passed")) / duration, 2) if duration > 0 else None,
-        "duration_s": round(duration, 3),
-        **_counters(kstats, res, extras.get("kernel_stats_start"), fresh=extras.get("orphans") is not None),
-        "reconnects": extras.get("reconnects", 0),
-        "capacity_errors": extras.get("capacity_errors", {}),
-        "dedup_probe": extras.get("dedup_probe"),
-        "anatomy": anatomy_by_marker(passed),
-        "warmup": warmup_summary(warm) if warm or (settings or {}).get("warmup_s") else None,
-        "stages": stage_table(every, settings or {}, extras),
-        "orphans": extras.get("orphans"),
-        "concurrency": concurrency_summary(stat_rows),
-        **({"kernels": [{**k, **_counters(e.get("kernel_stats") or {}, e.get("resources") or {}, e.get("kernel_stats_start"), fresh=k.get("orphans") is not None),
-                         "concurrency": concurrency_summary([r for r in stat_rows if r.get("kernel") == k["name"]])}
-                        for k, e in zip(kernel_summaries(inputs, extras), extras["kernels"])]} if extras.get("kernels") else {}),
-    }
+    `kstress report` recomputes it from turns.jsonl, through the digest a
+    run feeds as it goes (harness/scenarios/digest.py)."""
+    return StressDigest(settings or {}, extras or {}).feed(rows).summary()
+
+
+class StressDigest(LoadDigest):
+    """stress's summary from its streaming aggregates: warm-up turns are
+    verified (the check counts them) but out of every statistic; failures
+    are keyed by their name without numbers (`count 1/4` and `count 3/4` are
+    one row), the first full reason of each kept as an example."""
+
+    def summary(self) -> dict[str, Any]:
+        extras, settings = self.extras, self.settings
+        inp = self.inputs
+        failures, examples = inp.failure_counts()
+        # from the first send to the last end: what the load took, the same span a throughput threshold uses
+        duration = inp.span()
+        kstats = extras.get("kernel_stats") or {}
+        res = extras.get("resources") or {}
+        warm = self.warm
+        stages = None
+        if self.stages:
+            stages, start = [], 0.0
+            for i, (st, lvl) in enumerate(zip(self.stages, self.stage_levels)):
+                end = start + st.duration_s
+                stages.append({"stage": i + 1, "spec": settings["stages"][i], "from_s": round(start, 3), "to_s": round(end, 3), "target": st.target,
+                               **level_of(lvl)})
+                start = end
+        return {
+            "attempted": inp.attempted,
+            "passed": inp.passed,
+            "pass_rate": (inp.passed / inp.attempted) if inp.attempted else None,
+            "failures": failures,
+            "failure_examples": examples,
+            "interrupts": {"attempted": self.interrupts.attempted, "passed": self.interrupts.passed} | self.cancel_summary(),
+            "latency_s": _pcts(inp.lat),
+            "latency_by_marker": by_marker_of(self.all_lat, self.by_marker),
+            "throughput": self.ends.windows(),
+            "first_frame_s": _pcts(self.first),
+            "scheduled_latency_s": _pcts(self.sched) if self.sched.n else None,
+            "throughput_per_s": round(inp.passed / duration, 2) if duration > 0 else None,
+            "duration_s": round(duration, 3),
+            **_counters(kstats, res, extras.get("kernel_stats_start"), fresh=extras.get("orphans") is not None),
+            "reconnects": extras.get("reconnects", 0),
+            "capacity_errors": extras.get("capacity_errors", {}),
+            "dedup_probe": extras.get("dedup_probe"),
+            "anatomy": self.anatomy_table(),
+            "warmup": ({"attempted": warm.attempted, "passed": warm.passed, **dict(zip(("failures", "failure_examples"), warm.failure_counts()))}
+                       if warm.attempted or settings.get("warmup_s") else None),
+            "stages": stages,
+            "orphans": extras.get("orphans"),
+            "concurrency": inp.conc.summary() if inp.conc is not None else None,
+            **({"kernels": [self._kernel(k) for k in extras["kernels"]]} if extras.get("kernels") else {}),
+        }
+
+
+    def _kernel(self, k: dict[str, Any]) -> dict[str, Any]:
+        """One kernel's entry: its turns' figures, counters and concurrency."""
+        lvl = self.kernels.get(k["name"]) or Level(concurrency=True)
+        entry = kernel_entry(k, lvl, lvl, self.extras)
+        return {**entry, **_counters(k.get("kernel_stats") or {}, k.get("resources") or {}, k.get("kernel_stats_start"), fresh=entry.get("orphans") is not None),
+                "concurrency": lvl.conc.summary() if lvl.conc is not None else None}
 
 
 def concurrency_lines(s: dict[str, Any]) -> list[str]:
@@ -590,11 +606,6 @@ def _counters(kstats: dict[str, Any], res: dict[str, Any], start: dict[str, Any]
     }
 
 
-def warmup_summary(warm: list[dict[str, Any]]) -> dict[str, Any]:
-    failures, examples = failure_counts(warm)
-    return {"attempted": len(warm), "passed": sum(1 for r in warm if r.get("passed")), "failures": failures, "failure_examples": examples}
-
-
 def stage_table(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]] | None:
     """One row per --stage: the turns sent while it ran (warm-up ones
     excluded), with the level it ramped to. None without stages."""
@@ -616,29 +627,8 @@ def stage_table(rows: list[dict[str, Any]], settings: dict[str, Any], extras: di
     return out
 
 
-ANATOMY_PARTS = ("pre_llm_s", "llm_s", "tool_s", "between_s", "post_llm_s", "overhead_s")
-
-
-def anatomy_by_marker(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per marker (`text` for plain inputs), p50/p95 of each part of the turn
-    anatomy over the passed turns that have one; {} when none has (no mock was asked)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        a = r.get("anatomy")
-        if isinstance(a, dict):
-            groups.setdefault(r.get("marker") or "text", []).append(a)
-    out = {}
-    for marker, parts in sorted(groups.items()):
-        out[marker] = {"n": len(parts)}
-        for k in ANATOMY_PARTS:
-            xs = [p[k] for p in parts if isinstance(p.get(k), (int, float))]
-            st = summarize(xs, (50, 95))
-            out[marker][k] = {"p50": st["p50"], "p95": st["p95"]}
-    return out
-
-
-def _pcts(xs: list[float]) -> dict[str, Any]:
-    s = summarize(xs, LATENCY_PS)
+def _pcts(q: Quantiles) -> dict[str, Any]:
+    s = q.stats(LATENCY_PS)
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items()}
 
 
@@ -815,17 +805,6 @@ def stage_section(stages: list[dict[str, Any]] | None, unit: str, title: str = "
     return out + [""]
 
 
-def cancel_summary(interrupts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Over an agent protocol the interrupts are cancels (harness/judge/cancel.py):
-    how many went out, how many the agent honoured, what it answered."""
-    sent = [r for r in interrupts if r.get("cancel_sent")]
-    if not sent:
-        return {}
-    return {"cancels": {"sent": len(sent), "honoured": sum(1 for r in sent if r.get("passed")),
-                        "ignored": sum(1 for r in sent if failure_name(r) == "cancel_ignored"),
-                        "answers": dict(Counter(str(r.get("cancel_answer")) for r in sent if r.get("cancel_answer") is not None))}}
-
-
 def cancel_lines(i: dict[str, Any]) -> list[str]:
     c = i.get("cancels")
     if not c:
@@ -942,6 +921,7 @@ SCENARIO = Scenario(
     settings=StressSettings,
     run=run_stress,
     summarize=summarize_run,
+    digest=StressDigest,
     checks=stress_checks,
     render=render_stress,
     to_json=stress_json,
