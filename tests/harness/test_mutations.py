@@ -11,8 +11,10 @@ import pytest
 from harness.scenarios import AbtestSettings, BatchSettings, StressSettings, run_abtest, run_batch, run_stress
 from harness.results.rundir import read_jsonl
 
-# overlaps, completion order and speedups of real tool processes: run alone (`serial`)
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+pytestmark = pytest.mark.slow
+# overlaps, completion order and speedups of real tool processes: run alone. A count, an error
+# count, a missing verdict or a replay is in the replies whatever the load: those run in parallel
+serial = pytest.mark.serial
 # the whole suite runs on each LLM API the reference kernel speaks
 DIALECTS = ("chat", "responses", "anthropic")
 
@@ -28,8 +30,8 @@ async def batch(kernel, out, **kw):
         # marker -> the failure its turns must show (other markers may fail too)
         ("ignore-stream-index", {"!batch4": "count 1/4", "!slowbatch4": "count 1/4"}),
         ("first-tool-only", {"!batch2": "count 1/2", "!batch4": "count 1/4", "!mixed4": "count 1/4"}),
-        ("completion-order", {"!slowbatch2": "order", "!slowbatch4": "order"}),
-        ("always-parallel", {"!mixed4": "overlap 3>1"}),
+        pytest.param("completion-order", {"!slowbatch2": "order", "!slowbatch4": "order"}, marks=serial),
+        pytest.param("always-parallel", {"!mixed4": "overlap 3>1"}, marks=serial),
         ("drop-last-result", {"!batch2": "count 1/2", "!batch4": "count 3/4", "!slowbatch4": "count 3/4"}),
     ],
 )
@@ -46,6 +48,7 @@ async def test_batch_catches(kernel_factory, out_dir, fault, must, api):
     assert "FAIL every batch turn passed its verdict" in r.report
 
 
+@serial
 @pytest.mark.parametrize("api", DIALECTS)
 async def test_batch_passes_without_fault(kernel_factory, out_dir, api):
     async with kernel_factory("--llm-api", api, tool_ms=100) as k:
@@ -54,6 +57,7 @@ async def test_batch_passes_without_fault(kernel_factory, out_dir, api):
             assert r.exit_code == 0 and r.passed, r.report
 
 
+@serial
 @pytest.mark.parametrize("api", DIALECTS)
 async def test_abtest_catches_serial_tools(kernel_factory, out_dir, api):
     async with kernel_factory("--fault", "serial-tools", "--llm-api", api, tool_ms=100) as k:
@@ -64,6 +68,7 @@ async def test_abtest_catches_serial_tools(kernel_factory, out_dir, api):
     assert any(not c.passed and "ran concurrently" in c.name for c in r.checks)
 
 
+@serial
 async def test_abtest_measures_speedup(kernel_factory, out_dir):
     async with kernel_factory(tool_ms=100) as k:
         r = await run_abtest(AbtestSettings(ns=(2, 4), rounds=3, out=out_dir, quiet=True), k.access())
@@ -97,6 +102,7 @@ async def test_stress_dedup_probe_catches_no_dedup(kernel_factory, out_dir, api)
     assert not probe.passed and "no dedup" in probe.detail
 
 
+@serial
 async def test_stress_passes_and_accounts(kernel_factory, out_dir):
     async with kernel_factory() as k:
         r = await run_stress(StressSettings(conns=8, inputs=3, mix="!batch4:2,!img:1,!mixed2:1,text:1", interrupts=5, out=out_dir, quiet=True), k.access())
