@@ -4,11 +4,33 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from harness.sandbox.namespace import processes_in
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Cli:
+    """conftest's `cli`, for a module-scoped fixture (a conftest cannot be
+    imported by name: every tests/ directory has one)."""
+
+    def __init__(self, home: Path, out: Path) -> None:
+        self.out = out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.env = dict(os.environ, KSTRESS_HOME=str(home), PYTHONPATH=str(REPO), TMPDIR=str(out.parent))
+
+    def run(self, *args: str, timeout: float = 120, script: str | None = None) -> subprocess.CompletedProcess:
+        argv = [sys.executable, str(REPO / "scripts" / script), *args] if script else [sys.executable, "-m", "harness", *args]
+        return subprocess.run(argv, env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def run_dir(r) -> Path:
+    """The run directory a command printed last (`run: DIR`)."""
+    return Path(r.stdout.strip().splitlines()[-1].removeprefix("run: "))
 
 
 def namespace_gone(name: str | None, inode: int | None, born_before: float | None = None) -> bool:

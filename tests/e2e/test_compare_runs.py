@@ -3,78 +3,37 @@ stress runs compare clean (exit 0); a run with `--fault serial-tools` as NEW
 against a clean OLD exits 1 naming the rows it is worse on — its `!slowbatch4`
 turns all fail `no_overlap` (the batch ran one call at a time), so the pass
 rate falls by those turns and `!slowbatch4` has no passed turn left to time;
-swapped, the same pair is better, not worse. Runs of other settings or
-scenarios are refused (exit 2) naming the difference. Two runs of one build
-are neither better nor worse on any row, stress or abtest (issue 22 item 6:
+swapped, the same pair is better, not worse. Two runs of one build are
+neither better nor worse on any row, stress or abtest (issue 22 item 6:
 drift between stored runs is inconclusive), while abtest's speedup of a
-serial-tools NEW is still worse."""
+serial-tools NEW is still worse. (Refusals and contract keys, which no load
+moves: test_compare_refusals.py.)"""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-class Cli:
-    """conftest's `cli`, for a module-scoped fixture (a conftest cannot be
-    imported by name: every tests/ directory has one)."""
-
-    def __init__(self, home: Path, out: Path) -> None:
-        self.out = out
-        out.parent.mkdir(parents=True, exist_ok=True)
-        self.env = dict(os.environ, KSTRESS_HOME=str(home), PYTHONPATH=str(REPO), TMPDIR=str(out.parent))
-
-    def run(self, *args: str, timeout: float = 120, script: str | None = None) -> subprocess.CompletedProcess:
-        argv = [sys.executable, str(REPO / "scripts" / script), *args] if script else [sys.executable, "-m", "harness", *args]
-        return subprocess.run(argv, env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+from e2ehelpers import Cli, run_dir
 
 # two stored runs made apart: their latency drifts with the load of the moment (issue 22, item 6): `serial`;
-# a module fixture makes five runs, each up to 25 s on a loaded 2-core box
+# a module fixture makes three runs, each up to 25 s on a loaded 2-core box
 pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(300)]
 STRESS = ("stress", "--launch", "--conns", "4", "--inputs", "8", "--mix", "!slowbatch4:1,text:1", "--quiet")
-
-
-def run_dir(r) -> Path:
-    return Path(r.stdout.strip().splitlines()[-1].removeprefix("run: "))
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The stored runs, made once: clean OLD and NEW back to back, a
-    serial-tools NEW, one of another mix, one of another scenario."""
+    serial-tools NEW."""
     base = tmp_path_factory.mktemp("compare")
     cli = Cli(base / "home", base / "runs")
     out = {}
     for name, extra in (("old", ()), ("new", ()), ("serial", ("--", "--fault", "serial-tools"))):
         r = cli.run(*STRESS, "--out", str(cli.out), *extra)
         assert r.returncode == (1 if name == "serial" else 0), r.stdout + r.stderr
-        out[name] = run_dir(r)
-    r = cli.run("stress", "--launch", "--conns", "2", "--inputs", "2", "--mix", "!slowbatch4:1,text:2", "--quiet", "--out", str(cli.out))
-    assert r.returncode == 0, r.stdout + r.stderr
-    out["mix"] = run_dir(r)
-    r = cli.run("batch", "--launch", "--n", "2", "--kinds", "batch", "--rounds", "1", "--quiet", "--out", str(cli.out))
-    assert r.returncode == 0, r.stdout + r.stderr
-    out["batch"] = run_dir(r)
-    return cli, out
-
-
-@pytest.fixture(scope="module")
-def contract_runs(runs):
-    """Runs like `mix` under one's own kernel's contract (no dedup, interrupts, stats, sessions), and under another
-    order rule (issue 22 item 16)."""
-    cli, out = runs
-    out = dict(out)
-    for name, pairs in (("own", ("dedup=false", "interrupts=false", "stats=false", "sessions=false")), ("anyorder", ("order=any",))):
-        r = cli.run("stress", "--launch", "--conns", "2", "--inputs", "2", "--mix", "!slowbatch4:1,text:2", "--quiet", "--out", str(cli.out),
-                    *[a for pair in pairs for a in ("--contract", pair)])
-        assert r.returncode == 0, r.stdout + r.stderr
         out[name] = run_dir(r)
     return cli, out
 
@@ -127,30 +86,6 @@ def test_serial_tools_new_is_worse_on_pass_rate_and_slowbatch_latency_and_swappe
     assert back.returncode == (1 if doc["worse"] else 0)
     assert rows["pass rate"]["verdict"] == "better"
     assert rows["latency !slowbatch4"]["verdict"] == "unmeasurable"  # OLD had nothing to time: no claim either way
-
-
-def test_runs_that_cannot_be_compared_are_refused_naming_the_difference(runs, tmp_path):
-    cli, d = runs
-    r = cli.run("compare", str(d["old"]), str(d["mix"]))
-    assert r.returncode == 2 and r.stdout == ""
-    assert "different mix: OLD '!slowbatch4:1,text:1', NEW '!slowbatch4:1,text:2'" in r.stderr
-    assert "different conns: OLD 4, NEW 2" in r.stderr and "inputs" not in r.stderr.split("cannot be compared:")[1].split("(docs")[0]
-    r = cli.run("compare", str(d["old"]), str(d["batch"]))
-    assert r.returncode == 2 and "different scenarios: OLD is stress, NEW is batch" in r.stderr
-    r = cli.run("compare", str(d["old"]), str(tmp_path))
-    assert r.returncode == 2 and f"{tmp_path}/run.json: cannot read it" in r.stderr and "run directory" in r.stderr
-
-
-def test_the_reference_kernels_contract_against_ones_own_compares_over_the_keys_stress_uses(contract_runs):
-    """issue 22 item 16: refused as 'different contract' though stress uses none of the keys that differ."""
-    cli, d = contract_runs
-    r = cli.run("compare", str(d["mix"]), str(d["own"]))
-    assert r.returncode == 0, r.stdout + r.stderr
-    for key in ("dedup", "interrupts", "stats", "sessions"):
-        assert f"note: contract {key} differs (OLD True, NEW False): allowed, stress's rows do not depend on it" in r.stdout
-    r = cli.run("compare", str(d["mix"]), str(d["anyorder"]))
-    assert r.returncode == 2 and r.stdout == ""
-    assert "different contract order: OLD 'declared', NEW 'any'" in r.stderr and "different contract:" not in r.stderr
 
 
 ABTEST = ("abtest", "--launch", "--n", "4", "--rounds", "6", "--quiet")
