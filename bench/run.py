@@ -2,7 +2,8 @@
 """`make bench`: streamed requests per second of the mock LLM against a floor,
 then the driver benchmark (bench/driver.py: kstress's cost per turn), then the same for the
 AG-UI, A2A and OpenAI-compatible drivers (bench/agui_client.py, bench/a2a_client.py,
-bench/openai_client.py: issue 23 item 7).
+bench/openai_client.py: issue 23 item 7), then the memory benchmark (bench/memory.py:
+kstress's peak RSS at 50,000 and 1,000,000 turns, issue 25 item 6).
 
 Seven measurements, interleaved round by round (floor, text, batch, ...,
 floor, ...) so that drift on a shared machine hits all alike:
@@ -539,7 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, script in (("AG-UI", "agui_client.py"), ("A2A", "a2a_client.py"), ("OpenAI-compatible", "openai_client.py")):
         print(f"\nbench: the {name} driver (kstress's cost per turn over {name})", flush=True)
         rc = rc or subprocess.run([sys.executable, str(ROOT / "bench" / script)], cwd=ROOT).returncode
-    return rc
+    # memory flat in turns (issue 25 item 6): peak RSS at 1,000,000 turns within 1.3x of 50,000
+    print("\nbench: memory (kstress's peak RSS at 50,000 and 1,000,000 turns)", flush=True)
+    from memory import main as memory_main
+
+    return memory_main([]) or rc
 
 
 if __name__ == "__main__":
