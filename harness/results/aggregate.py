@@ -34,7 +34,7 @@ from array import array
 from typing import Any, Iterable
 
 from .concurrency import Concurrency
-from .stats import LogHistogram, percentile
+from .stats import LogHistogram, percentile, summarize
 
 EXACT_MAX = 20_000  # samples kept per series for exact percentiles: 160 KB
 HIST_PRECISION = 0.01
@@ -48,40 +48,56 @@ def _num(x: Any) -> bool:
 
 class Quantiles:
     """Percentiles of one series: exact up to ``cap`` samples, then from a
-    mergeable log histogram (error stated in the result)."""
+    mergeable log histogram (error stated in the result). Adding a sample
+    under the cap is one append: n, min, max and the sum are read off the
+    samples when asked, and tracked only past the cap."""
 
-    __slots__ = ("cap", "n", "sum", "min", "max", "_xs", "_hist")
+    __slots__ = ("cap", "_n", "sum", "_min", "_max", "_xs", "_hist")
 
     def __init__(self, cap: int = EXACT_MAX) -> None:
         self.cap = cap
-        self.n = 0
-        self.sum = 0.0
-        self.min = math.inf
-        self.max = -math.inf
         self._xs: array | None = array("d")
         self._hist: LogHistogram | None = None
+        self._n = 0
+        self.sum = 0.0
+        self._min = math.inf
+        self._max = -math.inf
 
     @property
     def exact(self) -> bool:
         return self._hist is None
 
+    @property
+    def n(self) -> int:
+        return len(self._xs) if self._xs is not None else self._n
+
+    @property
+    def min(self) -> float:
+        return min(self._xs, default=math.inf) if self._xs is not None else self._min
+
+    @property
+    def max(self) -> float:
+        return max(self._xs, default=-math.inf) if self._xs is not None else self._max
+
     def add(self, x: float) -> None:
-        self.n += 1
+        xs = self._xs
+        if xs is not None and len(xs) < self.cap:
+            xs.append(x)
+            return
+        if xs is not None:
+            self._hist = LogHistogram(HIST_PRECISION)
+            for v in xs:
+                self._hist.record(v)
+            self._n, self.sum, self._min, self._max = len(xs), math.fsum(xs), min(xs), max(xs)
+            self._xs = None
+        assert self._hist is not None
+        self._hist.record(x)
+        self._n += 1
         self.sum += x
-        if x < self.min:
-            self.min = x
-        if x > self.max:
-            self.max = x
-        if self._xs is not None:
-            self._xs.append(x)
-            if len(self._xs) > self.cap:
-                self._hist = LogHistogram(HIST_PRECISION)
-                for v in self._xs:
-                    self._hist.record(v)
-                self._xs = None
-        else:
-            assert self._hist is not None
-            self._hist.record(x)
+        if x < self._min:
+            self._min = x
+        if x > self._max:
+            self._max = x
 
     def values(self) -> list[float] | None:
         """Every sample, or None once past the cap."""
@@ -98,14 +114,12 @@ class Quantiles:
         ``rel_error`` once the percentiles come from the histogram)."""
         ps = tuple(ps)
         if self._xs is not None:
-            from .stats import summarize
-
             return summarize(self._xs, ps)
         assert self._hist is not None
-        out: dict[str, Any] = {"n": self.n}
+        out: dict[str, Any] = {"n": self._n}
         for p in ps:
             out[f"p{p:g}"] = self._hist.percentile(p)
-        out.update(min=self.min, max=self.max, mean=self.sum / self.n, rel_error=HIST_PRECISION)
+        out.update(min=self._min, max=self._max, mean=self.sum / self._n, rel_error=HIST_PRECISION)
         return out
 
 

@@ -36,6 +36,7 @@ MIN_IN_FLIGHT = 1.5
 FINDING = "turns_serialised"
 
 Span = tuple[float, float]
+_NUM = (int, float)  # exact classes: a bool is no number here (_num)
 SWEEP_FLUSH = 8_192  # events buffered before a sweep moves its watermark
 
 
@@ -196,18 +197,24 @@ class Concurrency:
         self.turn_s = 0.0
 
     def add(self, row: dict[str, Any]) -> None:
-        c = client_span(row)
-        if c is None:
+        # client_span and agent_span inlined: this runs once per turn of a run
+        t, lat = row.get("t_rel"), row.get("latency_s")
+        if t.__class__ not in _NUM or lat.__class__ not in _NUM:
             return
-        self.client.add(*c)
-        if c[0] < self.lo:
-            self.lo = c[0]
-        if c[1] > self.hi:
-            self.hi = c[1]
-        s = agent_span(row)
-        if s is not None:
-            self.agent.add(*s)
-            self.turn_s += s[1] - s[0]
+        a, b = float(t), float(t) + float(lat)
+        self.client.add(a, b)
+        if a < self.lo:
+            self.lo = a
+        if b > self.hi:
+            self.hi = b
+        an = row.get("anatomy")
+        if an.__class__ is dict:
+            pre, post = an.get("pre_llm_s"), an.get("post_llm_s")
+            if pre.__class__ in _NUM and post.__class__ in _NUM:
+                start = a + pre
+                end = max(start, b - post)
+                self.agent.add(start, end)
+                self.turn_s += end - start
 
     def achieved(self) -> dict[str, Any] | None:
         if not self.client.n:

@@ -19,9 +19,10 @@ from typing import Any, Iterable
 
 from ..load.shapes import parse_stages
 from ..results.aggregate import Ends, Level, Quantiles, Sample
-from ..results.thresholds import add_by_marker, add_end, evaluate_levels, parse_thresholds
+from ..results.thresholds import add_end, evaluate_levels, parse_thresholds
 
 LOAD_KINDS = ("load", "interrupt")
+_NUM = (int, float)  # exact classes, checked once a turn per anatomy part
 ANATOMY_PARTS = ("pre_llm_s", "llm_s", "tool_s", "between_s", "post_llm_s", "overhead_s")
 # what a chart draws of a row: the sample keeps these fields only
 CHART_FIELDS = ("t_rel", "latency_s", "passed", "marker", "kind", "warmup")
@@ -38,7 +39,6 @@ class LoadDigest:
         self.first = Quantiles()
         self.sched = Quantiles()
         self.by_marker: dict[str, Quantiles] = {}
-        self.all_lat = Quantiles()
         self.ends = Ends()
         self.warm = Level()
         self.interrupts = Level()
@@ -78,7 +78,13 @@ class LoadDigest:
         for t, lvl in zip(self.limits, self.limit_levels):
             if t.selects(r):
                 lvl.add(r)
-        add_by_marker(self.all_lat, self.by_marker, r)
+        if passed and isinstance(r.get("latency_s"), (int, float)):
+            # the run's own series is inputs.lat: only the marker's is added here
+            m = r.get("marker") or "text"
+            q = self.by_marker.get(m)
+            if q is None:
+                q = self.by_marker[m] = Quantiles()
+            q.add(r["latency_s"])
         add_end(self.ends, r)
         if passed:
             if r.get("first_frame_s") is not None:
@@ -92,8 +98,9 @@ class LoadDigest:
                     g = self.anatomy[r.get("marker") or "text"] = {"n": 0, **{k: Quantiles() for k in ANATOMY_PARTS}}
                 g["n"] += 1
                 for k in ANATOMY_PARTS:
-                    if isinstance(a.get(k), (int, float)):
-                        g[k].add(a[k])
+                    v = a.get(k)
+                    if v.__class__ in _NUM:
+                        g[k].add(v)
         if kind == "interrupt":
             self.interrupts.add(r)
             if r.get("cancel_sent"):

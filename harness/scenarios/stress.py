@@ -534,7 +534,7 @@ class StressDigest(LoadDigest):
             "failure_examples": examples,
             "interrupts": {"attempted": self.interrupts.attempted, "passed": self.interrupts.passed} | self.cancel_summary(),
             "latency_s": _pcts(inp.lat),
-            "latency_by_marker": by_marker_of(self.all_lat, self.by_marker),
+            "latency_by_marker": by_marker_of(inp.lat, self.by_marker),
             "throughput": self.ends.windows(),
             "first_frame_s": _pcts(self.first),
             "scheduled_latency_s": _pcts(self.sched) if self.sched.n else None,
