@@ -24,21 +24,25 @@ REPO = Path(__file__).resolve().parents[2]
 TRANSPORTS = ["tcp", "ws"]
 
 
-def scenario_runs(bin_: str, listen: str, out: Path) -> dict[str, list[str]]:
-    """One short run of every scenario, each in its own sandbox."""
-    launch = ["--launch", "--bin", bin_, "--listen", listen, "--quiet", "--out", str(out)]
+def scenario_runs(bin_: str | None, listen: str, out: Path, api: str | None = None) -> dict[str, list[str]]:
+    """One short run of every scenario, each in its own sandbox: of the kernel
+    ``bin_``, else the reference kernel by name (whose argv kstress writes,
+    `--llm-api` included); on the LLM API ``api``, else the default."""
+    on_api = ["--llm-api", api] if api else []
+    launch = ["--launch", *(["--bin", bin_] if bin_ else []), "--listen", listen, *on_api, "--quiet", "--out", str(out)]
+    kernel = bin_ or "refkernel"
     return {
         "stress": ["stress", *launch, "--conns", "4", "--inputs", "3"],
         "batch": ["batch", *launch, "--n", "2,4", "--rounds", "1"],
         "abtest": ["abtest", *launch, "--n", "4", "--rounds", "3", "--tool-ms", "100"],
         "hold": ["hold", *launch, "--conns", "200", "--probe", "8"],
         # three rounds cannot reach p < 0.05: a build against itself is "same", never a coin toss
-        "cmp": ["cmp", bin_, bin_, "--listen", listen, "--rounds", "3", "--bombard-conns", "8", "--bombard-rounds", "1",
-                "--stability-rounds", "3", "--tool-ms", "100", "--quiet", "--out", str(out)],
+        "cmp": ["cmp", kernel, kernel, "--listen", listen, "--rounds", "3", "--bombard-conns", "8", "--bombard-rounds", "1",
+                "--stability-rounds", "3", "--tool-ms", "100", *on_api, "--quiet", "--out", str(out)],
     }
 
 
-def check_runs(run, runs: dict[str, list[str]], listen: str, out: Path) -> None:
+def check_runs(run, runs: dict[str, list[str]], listen: str, out: Path, api: str | None = None) -> None:
     failed = {}
     for name, argv in runs.items():
         r = run(argv)
@@ -48,19 +52,23 @@ def check_runs(run, runs: dict[str, list[str]], listen: str, out: Path) -> None:
         run_dir = Path(r.stdout.strip().splitlines()[-1].removeprefix("run: "))
         targets = json.loads((run_dir / "run.json").read_text())["meta"]["targets"]
         assert {t["transport"] for t in targets} == {listen}, targets
+        if api:  # `--llm-api` reached every launched kernel
+            assert all(t["llm_api"] == api and "--llm-api" in t["argv"] for t in targets), targets
         assert (run_dir / ("logs-old" if name == "cmp" else "logs") / "connector.out").exists()
     assert not failed, "\n\n".join(f"--- {k}: {v}" for k, v in failed.items())
 
 
-@pytest.mark.parametrize("listen", TRANSPORTS)
-def test_every_scenario_over_the_transport_as_root(listen, tmp_path):
+# each transport's runs on one of the LLM APIs the mock speaks besides chat (every other test's): `--llm-api` reaches
+# the launched reference kernel and stress, batch, abtest, hold and cmp pass on it, without runs of their own (a
+# kernel given by --bin over the transport: the rootless variant)
+@pytest.mark.parametrize("listen, api", [("tcp", "responses"), ("ws", "anthropic")])
+def test_every_scenario_over_the_transport_as_root(listen, api, tmp_path):
     env = dict(os.environ, KSTRESS_HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path), PYTHONPATH=str(REPO))
 
     def run(argv: list[str]) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "harness", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
 
-    refkernel = str(Path(sys.executable).with_name("refkernel"))
-    check_runs(run, scenario_runs(refkernel, listen, tmp_path / "runs"), listen, tmp_path / "runs")
+    check_runs(run, scenario_runs(None, listen, tmp_path / "runs", api), listen, tmp_path / "runs", api)
     assert not list(tmp_path.glob("kst-*")), "a sandbox directory was left behind"
 
 
