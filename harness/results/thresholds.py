@@ -30,7 +30,6 @@ from typing import Any, Callable, Iterable, Sequence
 from ..errors import UsageError
 from .aggregate import EXACT_MAX, HIST_PRECISION, Ends, Level, Quantiles
 from .stats import summarize
-from ..judge.verdict import failure_name
 
 GRAMMAR = (
     "[SELECTOR]METRIC OP NUMBER[UNIT] — METRIC is pN or p(N) (0..100), max, mean (latency of passed turns: unit ms, s or m), "

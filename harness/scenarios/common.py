@@ -11,7 +11,6 @@ from ..errors import UsageError
 from ..results.report import fmt_ms, fmt_num, fmt_pct, md_text
 from ..results.rundir import Check
 from .runner import Progress, Run, RunResult
-from ..results.stats import summarize
 from ..sandbox.sut import Access, Target
 from ..results.aggregate import Level
 from ..results.thresholds import LATENCY_PS, latency_stats_of

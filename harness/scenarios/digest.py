@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from ..load.shapes import parse_stages
 from ..results.aggregate import Ends, Level, Quantiles, Sample
 from ..results.thresholds import add_end, evaluate_levels, parse_thresholds
+from .common import level_of
 
 LOAD_KINDS = ("load", "interrupt")
 _NUM = (int, float)  # exact classes, checked once a turn per anatomy part
@@ -29,7 +30,10 @@ CHART_FIELDS = ("t_rel", "latency_s", "passed", "marker", "kind", "warmup")
 
 
 class LoadDigest:
-    """The aggregates of stress's summary (and of its thresholds and charts)."""
+    """The aggregates of stress's summary (and of its thresholds and charts),
+    over the rows of ``KINDS``."""
+
+    KINDS = LOAD_KINDS
 
     def __init__(self, settings: dict[str, Any], extras: dict[str, Any]) -> None:
         self.settings = settings or {}
@@ -67,7 +71,7 @@ class LoadDigest:
         kind = r.get("kind")
         if kind != "probe":
             self.sample.add({k: r[k] for k in CHART_FIELDS if k in r})
-        if kind not in LOAD_KINDS:
+        if kind not in self.KINDS:
             return
         if r.get("warmup"):
             self.warm.add(r)
@@ -127,6 +131,19 @@ class LoadDigest:
         if at < 0:
             return
         self.stage_levels[bisect.bisect_right(self.stage_ends, at)].add(r)
+
+    def stage_table(self) -> list[dict[str, Any]] | None:
+        """One row per --stage: the turns sent while it ran (warm-up ones
+        excluded), with the level it ramped to. None without stages."""
+        if not self.stages:
+            return None
+        out, start = [], 0.0
+        for i, (st, lvl) in enumerate(zip(self.stages, self.stage_levels)):
+            end = start + st.duration_s
+            out.append({"stage": i + 1, "spec": self.settings["stages"][i], "from_s": round(start, 3), "to_s": round(end, 3), "target": st.target,
+                        **level_of(lvl)})
+            start = end
+        return out
 
     def thresholds(self) -> list[dict[str, Any]]:
         return [r.to_json() for r in evaluate_levels(self.limits, self.limit_levels)]

@@ -24,10 +24,9 @@ import asyncio
 import os
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from mock.errors import MarkerError
 from mock.markers import build_plan, session_nonce
@@ -41,14 +40,15 @@ from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, l
 from ..results.comparison import SHAPE, CompareSpec
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario, settings_json
-from ..results.stats import summarize
-from ..results.thresholds import LATENCY_PS, check_mix_markers, latency_by_marker, throughput_windows
+from ..results.aggregate import Level
+from ..results.thresholds import LATENCY_PS, by_marker_of, check_mix_markers
 from ..load.kernels import check_split, schedule, split
 from ..load.shapes import DURATION_HELP, Ramp, duration_parser, follow_level, parse_stages
 from ..sandbox.launcher import tree_rss_mb
 from ..sandbox.sut import Access, Target, kernel_targets
-from .common import failure_counts, kernel_checks, kernel_sections, kernel_summaries
-from .stress import MIX_MATTERS, check_shape, load_compare_rows, mix_key, parse_mix, stage_section, stage_table
+from .common import kernel_checks, kernel_entry, kernel_sections
+from .digest import LoadDigest
+from .stress import MIX_MATTERS, check_shape, load_compare_rows, mix_key, parse_mix, stage_section
 
 DEFAULT_MIX = "text:3,!batch2:1"
 MAX_TURNS = 1_000_000
@@ -302,53 +302,86 @@ async def fleet_share(job: dict[str, Any], sink: Any, t0: float) -> dict[str, An
     return {"reconnects": run.extras.get("reconnects", 0)}
 
 
-def summarize_sessions(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
-    every = [r for r in rows if r.get("kind") == "session"]
-    warm = [r for r in every if r.get("warmup")]
-    # warm-up turns are verified (the checks count them) but out of every statistic
-    turns = [r for r in every if not r.get("warmup")]
-    passed = [r for r in turns if r.get("passed")]
-    failures, examples = failure_counts(turns)
-    by_turn = []
-    for t in sorted({r["turn"] for r in turns}):
-        rs = [r for r in turns if r["turn"] == t]
-        lat = [r["latency_s"] for r in rs if r.get("passed") and r.get("latency_s") is not None]
-        st = summarize(lat, (50, 95))
-        by_turn.append({"turn": t, "attempted": len(rs), "passed": sum(1 for r in rs if r.get("passed")), "p50": st["p50"], "p95": st["p95"], "mean": st["mean"]})
-    sessions = {r["session"] for r in every}
-    ok_turns = Counter(r["session"] for r in every if r.get("passed"))
-    failed = {r["session"] for r in every if not r.get("passed")}
-    complete = {s for s in sessions if ok_turns[s] == settings.get("turns")}
-    cut = sessions - complete - failed  # a timed run's end stopped them between turns
-    mem = extras.get("memory") or {}
-    before, after = mem.get("rss_before_mb"), mem.get("rss_after_mb")
-    growth = (after - before) if before is not None and after is not None else None
-    history = [r["failures"][0] for r in turns if r.get("failures") and r["failures"][0].startswith("history ")]
-    return {
-        "attempted": len(turns),
-        "passed": len(passed),
-        "pass_rate": len(passed) / len(turns) if turns else None,
-        "failures": failures,
-        "failure_examples": examples,
-        "sessions": {"started": len(sessions), "complete": len(complete), "cut": len(cut), "failed": len(failed)},
-        "warmup": {"attempted": len(warm), "passed": sum(1 for r in warm if r.get("passed")), "failures": failure_counts(warm)[0]} if warm else None,
-        "stages": stage_table(every, settings, extras),
-        "history_failures": len(history),
-        "history_example": history[0] if history else None,
-        "latency_s": summarize([r["latency_s"] for r in passed if r.get("latency_s") is not None], LATENCY_PS),
-        "latency_by_marker": latency_by_marker(turns),
-        "throughput": throughput_windows(turns),
-        "by_turn": by_turn,
-        # the last turn against the first: what a longer history costs
-        "last_vs_first_p50": (by_turn[-1]["p50"] / by_turn[0]["p50"]) if len(by_turn) > 1 and by_turn[0]["p50"] and by_turn[-1]["p50"] else None,
-        "memory": {
-            "rss_before_mb": round(before, 2) if before is not None else None,
-            "rss_after_mb": round(after, 2) if after is not None else None,
-            "kb_per_session": round(growth * 1024 / len(complete), 2) if growth is not None and complete else None,
-        },
-        "reconnects": extras.get("reconnects", 0),
-        **({"kernels": [{**k, "memory": e.get("memory")} for k, e in zip(kernel_summaries(turns, extras), extras["kernels"])]} if extras.get("kernels") else {}),
-    }
+def summarize_sessions(rows: Iterable[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    return SessionsDigest(settings, extras).feed(rows).summary()
+
+
+class SessionsDigest(LoadDigest):
+    """sessions' summary from streaming aggregates (harness/scenarios/digest.py).
+    A session's turns run in order and it stops at its first failed turn
+    (_SessionLoad.session), so sessions are counted without keeping their
+    ids: one started per turn 1 recorded, one complete per passed last
+    turn, one failed per failed turn; the rest were cut by a timed run's
+    end. Warm-up turns are verified (the checks count them) but out of every
+    statistic."""
+
+    KINDS = ("session",)
+
+    def __init__(self, settings: dict[str, Any], extras: dict[str, Any]) -> None:
+        super().__init__(settings, extras)
+        self.started = self.complete = self.failed = 0
+        self.history = 0
+        self.history_example: str | None = None
+        self.by_turn: dict[int, Level] = {}
+
+    def add(self, r: dict[str, Any]) -> None:
+        if r.get("kind") == "session":
+            t = r.get("turn")
+            self.started += t == 1
+            if r.get("passed"):
+                self.complete += t == self.settings.get("turns")
+            else:
+                self.failed += 1
+            if not r.get("warmup") and t is not None:
+                lvl = self.by_turn.get(t)
+                if lvl is None:
+                    lvl = self.by_turn[t] = Level()
+                lvl.add(r)
+                fs = r.get("failures")
+                if fs and fs[0].startswith("history "):
+                    self.history += 1
+                    if self.history_example is None:
+                        self.history_example = fs[0]
+        super().add(r)
+
+    def summary(self) -> dict[str, Any]:
+        extras, inp, warm = self.extras, self.inputs, self.warm
+        failures, examples = inp.failure_counts()
+        by_turn = []
+        for t in sorted(self.by_turn):
+            lvl = self.by_turn[t]
+            st = lvl.lat.stats((50, 95))
+            by_turn.append({"turn": t, "attempted": lvl.attempted, "passed": lvl.passed, "p50": st["p50"], "p95": st["p95"], "mean": st["mean"]})
+        cut = self.started - self.complete - self.failed  # a timed run's end stopped them between turns
+        mem = extras.get("memory") or {}
+        before, after = mem.get("rss_before_mb"), mem.get("rss_after_mb")
+        growth = (after - before) if before is not None and after is not None else None
+        return {
+            "attempted": inp.attempted,
+            "passed": inp.passed,
+            "pass_rate": inp.passed / inp.attempted if inp.attempted else None,
+            "failures": failures,
+            "failure_examples": examples,
+            "sessions": {"started": self.started, "complete": self.complete, "cut": cut, "failed": self.failed},
+            "warmup": {"attempted": warm.attempted, "passed": warm.passed, "failures": warm.failure_counts()[0]} if warm.attempted else None,
+            "stages": self.stage_table(),
+            "history_failures": self.history,
+            "history_example": self.history_example,
+            "latency_s": inp.lat.stats(LATENCY_PS),
+            "latency_by_marker": by_marker_of(inp.lat, self.by_marker),
+            "throughput": self.ends.windows(),
+            "by_turn": by_turn,
+            # the last turn against the first: what a longer history costs
+            "last_vs_first_p50": (by_turn[-1]["p50"] / by_turn[0]["p50"]) if len(by_turn) > 1 and by_turn[0]["p50"] and by_turn[-1]["p50"] else None,
+            "memory": {
+                "rss_before_mb": round(before, 2) if before is not None else None,
+                "rss_after_mb": round(after, 2) if after is not None else None,
+                "kb_per_session": round(growth * 1024 / self.complete, 2) if growth is not None and self.complete else None,
+            },
+            "reconnects": extras.get("reconnects", 0),
+            **({"kernels": [{**kernel_entry(k, lvl, lvl, extras), "memory": k.get("memory")}
+                            for k in extras["kernels"] for lvl in (self.kernels.get(k["name"]) or Level(),)]} if extras.get("kernels") else {}),
+        }
 
 
 def sessions_checks(s: dict[str, Any], settings: dict[str, Any]) -> list[Check]:
@@ -447,6 +480,7 @@ SCENARIO = Scenario(
     settings=SessionsSettings,
     run=run_sessions,
     summarize=summarize_sessions,
+    digest=SessionsDigest,
     checks=sessions_all_checks,
     render=render_sessions,
     to_json=_settings_json,

@@ -31,7 +31,6 @@ from ..fleet import parse_fleet
 from .fleetrun import drive_fleet, share_targets
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, latency_by_marker_section, md_code, md_text
 from ..results.concurrency import finding_text
-from ..results.concurrency import summary as concurrency_summary
 from ..results.concurrency import line as concurrency_line
 from ..results.comparison import SHAPE, CompareSpec, RunPair, latency_rows, load_span, resource_rows, throughput_row
 from ..results.rundir import Check
@@ -42,7 +41,7 @@ from ..results.thresholds import LATENCY_PS, by_marker_of, check_mix_markers
 from ..load.kernels import check_split, schedule
 from ..load.shapes import DURATION_HELP, MAX_RUN_S, Ramp, arrival_offsets, duration_parser, follow_level, parse_stages
 from ..sandbox.sut import Access, Target, kernel_targets
-from .common import kernel_checks, kernel_entry, kernel_sections, level_of, level_stats
+from .common import kernel_checks, kernel_entry, kernel_sections
 from .digest import ANATOMY_PARTS, LoadDigest
 
 DEFAULT_MIX = "!batch4:3,!slowbatch2:1,!mixed3:1,!img:1,text:2"
@@ -518,14 +517,6 @@ class StressDigest(LoadDigest):
         kstats = extras.get("kernel_stats") or {}
         res = extras.get("resources") or {}
         warm = self.warm
-        stages = None
-        if self.stages:
-            stages, start = [], 0.0
-            for i, (st, lvl) in enumerate(zip(self.stages, self.stage_levels)):
-                end = start + st.duration_s
-                stages.append({"stage": i + 1, "spec": settings["stages"][i], "from_s": round(start, 3), "to_s": round(end, 3), "target": st.target,
-                               **level_of(lvl)})
-                start = end
         return {
             "attempted": inp.attempted,
             "passed": inp.passed,
@@ -547,7 +538,7 @@ class StressDigest(LoadDigest):
             "anatomy": self.anatomy_table(),
             "warmup": ({"attempted": warm.attempted, "passed": warm.passed, **dict(zip(("failures", "failure_examples"), warm.failure_counts()))}
                        if warm.attempted or settings.get("warmup_s") else None),
-            "stages": stages,
+            "stages": self.stage_table(),
             "orphans": extras.get("orphans"),
             "concurrency": inp.conc.summary() if inp.conc is not None else None,
             **({"kernels": [self._kernel(k) for k in extras["kernels"]]} if extras.get("kernels") else {}),
@@ -604,27 +595,6 @@ def _counters(kstats: dict[str, Any], res: dict[str, Any], start: dict[str, Any]
         "peak_queue": peak,
         "resources": {k: res.get(k) for k in ("peak_rss_mb", "peak_cpu_pct", "mean_cpu_pct", "peak_threads", "peak_fds", "peak_children", "samples", "sampler_cpu_s") if k in res},
     }
-
-
-def stage_table(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """One row per --stage: the turns sent while it ran (warm-up ones
-    excluded), with the level it ramped to. None without stages."""
-    texts = settings.get("stages") or ()
-    if not texts:
-        return None
-    stages = parse_stages(texts, integer=settings.get("rate") is None)
-    t0 = extras.get("load_t0_rel") or 0.0
-    out, start = [], 0.0
-    for i, st in enumerate(stages):
-        end = start + st.duration_s
-        last = i == len(stages) - 1
-        sel = [r for r in rows if not r.get("warmup") and isinstance(r.get("t_rel"), (int, float))
-               and start <= r["t_rel"] - t0 and (last or r["t_rel"] - t0 < end)]
-        row = {"stage": i + 1, "spec": texts[i], "from_s": round(start, 3), "to_s": round(end, 3), "target": st.target}
-        row.update(level_stats(sel))
-        out.append(row)
-        start = end
-    return out
 
 
 def _pcts(q: Quantiles) -> dict[str, Any]:
