@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ..wire.client import ConnError, KernelClient
 from ..errors import UsageError
@@ -34,14 +34,15 @@ from .options import check_timeouts, connect_opt, fleet_opt, fleet_workers_opt, 
 from ..results.report import checks_section, fmt_ms, fmt_num, fmt_pct, header, md_code, md_text
 from ..results.comparison import CompareSpec
 from ..results.concurrency import FINDING
-from ..results.concurrency import summary as concurrency_summary
+from ..results.aggregate import Level, Sample
 from ..results.rundir import Check
 from .runner import Run, RunResult, Scenario, run_scenario
 from ..load.shapes import DURATION_HELP, duration_parser
 from ..load.kernels import check_split
 from ..sandbox.sut import Access, kernel_targets
-from ..results.thresholds import check_mix_markers, evaluate, parse_thresholds
-from .common import failure_counts, kernel_sections, kernel_summaries, level_stats
+from ..results.thresholds import check_mix_markers, evaluate_levels, parse_thresholds
+from .common import kernel_entry, kernel_sections, level_of
+from .digest import CHART_FIELDS
 from .stress import ARRIVALS, DEFAULT_MIX, MIX_HELP, StressSettings, Load, parse_mix
 from ..fleet import parse_fleet
 from .fleetrun import fleet_load, open_fleet
@@ -206,7 +207,7 @@ async def run_findmax(settings: FindmaxSettings, access: Access) -> RunResult:
                 if before is not None and after is not None:
                     info["rejected"] = after - before
                 info["t_end_rel"] = round(time.monotonic() - run.t0, 4)
-                row = judge_stage([r for r in run.rows if r.get("stage") == i], i, level, slos, info)
+                row = judge_stage_of(run.rows.digest.stage(i), i, level, slos, info)
                 history.append(row)
                 if not settings.quiet:
                     print(f"\r  stage {i}: level {level:g} — {'held' if row['held'] else 'broke ' + ', '.join(row['broken'])}; "
@@ -230,24 +231,103 @@ async def _counters(client: KernelClient | None) -> int | None:
     return v if isinstance(v, int) else None
 
 
-def judge_stage(rows: list[dict[str, Any]], stage: int, level: float, slos: Any, info: dict[str, Any] | None = None) -> dict[str, Any]:
+def judge_stage(rows: Iterable[dict[str, Any]], stage: int, level: float, slos: Any, info: dict[str, Any] | None = None) -> dict[str, Any]:
     """One stage's table row: its statistics, each --slo measured, held or not."""
+    agg = StageAgg(slos)
+    for r in rows:
+        agg.add(r)
+    return judge_stage_of(agg, stage, level, slos, info)
+
+
+class StageAgg:
+    """What a stage keeps of its turns: a Level with its concurrency, and one
+    Level per --slo of the turns it selects."""
+
+    def __init__(self, slos: Any) -> None:
+        self.slos = slos
+        self.lvl = Level(concurrency=True)
+        self.slo_levels = [t.level() for t in slos]
+        self.level: float | None = None
+
+    def add(self, r: dict[str, Any]) -> None:
+        if self.level is None:
+            self.level = r.get("level")
+        self.lvl.add(r)
+        for t, lvl in zip(self.slos, self.slo_levels):
+            if t.selects(r):
+                lvl.add(r)
+
+
+def judge_stage_of(agg: StageAgg, stage: int, level: float, slos: Any, info: dict[str, Any] | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {"stage": stage, "level": level}
-    row.update(level_stats(rows))
-    results = [r.to_json() for r in evaluate(slos, rows)]
+    row.update(level_of(agg.lvl))
+    results = [r.to_json() for r in evaluate_levels(slos, agg.slo_levels)]
     row["slo"] = results
     row["broken"] = [r["expr"] for r in results if not r["passed"]]
     row["held"] = not row["broken"]
     info = info or {}
     for k in ("queue_peak", "rejected"):
         row[k] = info.get(k)
-    _, examples = failure_counts(rows)
+    _, examples = agg.lvl.failure_counts()
     row["wrong"] = {k: v for k, v in row["errors"].items() if k not in LOAD_SHEDDING}
     row["wrong_examples"] = {k: examples[k] for k in row["wrong"] if k in examples}
     # turns at the agent against turns in flight: a stage's level is what the
     # harness offered, this what the agent took (harness/results/concurrency.py)
-    row["concurrency"] = concurrency_summary(rows)
+    assert agg.lvl.conc is not None
+    row["concurrency"] = agg.lvl.conc.summary()
     return row
+
+
+class FindmaxDigest:
+    """findmax's turns as they end (harness/scenarios/digest.py): one
+    StageAgg per stage (judged when the stage ends, and again for the
+    summary), the whole search's counts, and each kernel's Level."""
+
+    def __init__(self, settings: dict[str, Any], extras: dict[str, Any]) -> None:
+        self.settings = settings or {}
+        self.extras = extras if extras is not None else {}
+        self.slos = parse_thresholds(self.settings.get("slos") or (), "--slo")
+        self.stages: dict[int, StageAgg] = {}
+        self.loads = Level()
+        self.kernels: dict[str, tuple[Level, Level]] = {}  # every turn, the turns out of a warm-up (kernel_summaries)
+        self.sample = Sample()
+
+    def feed(self, rows: Iterable[dict[str, Any]]) -> "FindmaxDigest":
+        for r in rows:
+            self.add(r)
+        return self
+
+    def add(self, r: dict[str, Any]) -> None:
+        if r.get("kind") != "probe":
+            self.sample.add({k: r[k] for k in CHART_FIELDS if k in r})
+        if r.get("kind") != "load":
+            return
+        self.loads.add(r)
+        k = r.get("kernel")
+        if k is not None:
+            every, stat = self.kernels.get(k) or self.kernels.setdefault(k, (Level(), Level()))
+            every.add(r)
+            if not r.get("warmup"):
+                stat.add(r)
+        st = r.get("stage")
+        if isinstance(st, int) and not isinstance(st, bool):
+            agg = self.stages.get(st)
+            if agg is None:
+                agg = self.stages[st] = StageAgg(self.slos)
+            agg.add(r)
+
+    def stage(self, i: int) -> StageAgg:
+        return self.stages.get(i) or StageAgg(self.slos)
+
+    def summary(self) -> dict[str, Any]:
+        return summarize_findmax_of(self)
+
+    def thresholds(self) -> list[dict[str, Any]]:
+        return []  # findmax's service levels are its --slo, judged per stage
+
+    def chart(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        s = self.sample
+        return s.rows, ({} if s.complete else {"sampled": {"rows": len(s.rows), "of": s.seen}})
 
 
 def saturated(prev: dict[str, Any], cur: dict[str, Any]) -> bool:
@@ -303,14 +383,14 @@ def most_achieved(history: list[dict[str, Any]]) -> dict[str, Any] | None:
             "finding": FINDING if flagged else None, "stages_flagged": flagged}
 
 
-def summarize_findmax(rows: list[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
-    slos = parse_thresholds(settings.get("slos") or (), "--slo")
+def summarize_findmax(rows: Iterable[dict[str, Any]], settings: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    return FindmaxDigest(settings, extras).feed(rows).summary()
+
+
+def summarize_findmax_of(d: FindmaxDigest) -> dict[str, Any]:
+    settings, extras, slos = d.settings, d.extras, d.slos
     infos = {e["stage"]: e for e in extras.get("stages") or ()}
-    loads = [r for r in rows if r.get("kind") == "load"]
-    history = []
-    for i in sorted({r["stage"] for r in loads if isinstance(r.get("stage"), int)}):
-        sel = [r for r in loads if r.get("stage") == i]
-        history.append(judge_stage(sel, i, sel[0]["level"], slos, infos.get(i)))
+    history = [judge_stage_of(d.stages[i], i, d.stages[i].level, slos, infos.get(i)) for i in sorted(d.stages)]
     unbounded = not any(t.latency for t in slos)
     reason = stop_reason(history, unbounded) if history else None
     levels = _levels(settings)
@@ -330,8 +410,8 @@ def summarize_findmax(rows: list[dict[str, Any]], settings: dict[str, Any], extr
         for k, v in h["wrong"].items():
             wrong[k] = wrong.get(k, 0) + v
             examples.setdefault(k, h["wrong_examples"].get(k, k))
-    failures, _ = failure_counts(loads)
-    kernels = kernel_summaries(loads, extras) if extras.get("kernels") else None
+    failures, _ = d.loads.failure_counts()
+    kernels = [kernel_entry(k, *(d.kernels.get(k["name"]) or (Level(), Level())), extras) for k in extras["kernels"]] if extras.get("kernels") else None
     for k in kernels or ():
         k["wrong"] = {n: c for n, c in k["failures"].items() if n not in LOAD_SHEDDING}
     return {
@@ -343,8 +423,8 @@ def summarize_findmax(rows: list[dict[str, Any]], settings: dict[str, Any], extr
         "concurrency": most_achieved(history),
         "saturated_at": saturated_at(history),
         "stages": history,
-        "attempted": len(loads),
-        "passed": sum(1 for r in loads if r.get("passed")),
+        "attempted": d.loads.attempted,
+        "passed": d.loads.passed,
         "failures": failures,
         "wrong": wrong,
         "wrong_examples": examples,
@@ -438,6 +518,7 @@ SCENARIO = Scenario(
     settings=FindmaxSettings,
     run=run_findmax,
     summarize=summarize_findmax,
+    digest=FindmaxDigest,
     checks=findmax_checks,
     render=render_findmax,
     kernels=True,
