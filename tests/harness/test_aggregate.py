@@ -190,3 +190,49 @@ def test_a_sampled_run_says_so_on_its_page():
     assert 'data-sampled="100"' in page and "100 of the run's 300 rows" in page
     full = StressDigest({}, {}).feed(rows).chart()
     assert full[1] == {} and len(full[0]) == 300
+
+
+def _session_rows(n_sessions: int, turns: int, seed: int = 13) -> list[dict]:
+    """Sessions as _SessionLoad records them: turns in order, a session stops
+    at its first failed turn, a timed run's end cuts some between turns."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(n_sessions):
+        last = rng.choice([turns] * 6 + [1, 2])  # some cut short
+        for t in range(1, last + 1):
+            ok = rng.random() > 0.05
+            row = {"kind": "session", "session": f"s{k}", "turn": t, "passed": ok, "latency_s": 0.01 * t + rng.random() * 0.001, "t_rel": k * 0.01 + t * 0.002,
+                   "warmup": k < 3}
+            if not ok:
+                row["failures"] = [rng.choice(["history foreign turn s1 t1", "count 1/4"])]
+            out.append(row)
+            if not ok:
+                break
+    rng.shuffle(out)  # sessions interleave: rows come in any order of sessions
+    return out
+
+
+def test_sessions_are_counted_without_their_ids_as_the_sets_of_them_count():
+    from harness.scenarios.sessions import SessionsDigest
+
+    turns = 4
+    rows = _session_rows(400, turns)
+    s = SessionsDigest({"turns": turns}, {}).feed(rows).summary()
+    # the oracle: sets of session ids, as the summary was computed from rows before
+    every = [r for r in rows if r["kind"] == "session"]
+    sessions = {r["session"] for r in every}
+    ok = {}
+    for r in every:
+        if r["passed"]:
+            ok[r["session"]] = ok.get(r["session"], 0) + 1
+    failed = {r["session"] for r in every if not r["passed"]}
+    complete = {x for x in sessions if ok.get(x) == turns}
+    assert s["sessions"] == {"started": len(sessions), "complete": len(complete), "cut": len(sessions - complete - failed), "failed": len(failed)}
+    stat = [r for r in every if not r["warmup"]]
+    assert s["attempted"] == len(stat) and s["warmup"]["attempted"] == len(every) - len(stat)
+    hist = [r for r in stat if not r["passed"] and r["failures"][0].startswith("history ")]
+    assert s["history_failures"] == len(hist) > 0
+    for b in s["by_turn"]:
+        mine = [r for r in stat if r["turn"] == b["turn"]]
+        assert (b["attempted"], b["passed"]) == (len(mine), sum(r["passed"] for r in mine))
+        assert b["p50"] == percentile([r["latency_s"] for r in mine if r["passed"]], 50)
