@@ -97,6 +97,7 @@ class UnprivEnv:
                     if src.is_file():
                         (self.site / rel).parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy2(src, self.site / rel)
+            self._compile()
             subprocess.run(["chmod", "-R", "a+rX", str(self.root)], check=True)
             probe = self.run(["-c", "import aiohttp, psutil, pyroute2, click, orjson, harness.sandbox.namespace"], timeout=60)
             copied = probe.returncode == 0
@@ -111,10 +112,19 @@ class UnprivEnv:
                 check=True, timeout=600,
             )
             self.python = str(venv / "bin" / "python")
+            self._compile()
             subprocess.run(["chmod", "-R", "a+rX", str(self.root)], check=True)
             probe = self.run(["-c", "import aiohttp, psutil, pyroute2, click, orjson, harness.sandbox.namespace"], timeout=60)
             if probe.returncode != 0:
                 raise RuntimeError(f"no interpreter nobody can use: {probe.stderr}")
+
+    def _compile(self) -> None:
+        """The copied project's bytecode, made once by the interpreter nobody
+        runs: each of nobody's processes (PYTHONDONTWRITEBYTECODE, in a tree it
+        cannot write) compiled what it imported from source again, ~0.35 CPU-s
+        for the whole harness."""
+        sources = [str(self.site / pkg) for pkg in ("harness", "mock", "refkernel")] + [str(p) for p in self.site.glob("sbx_*.py")]
+        subprocess.run([self.python, "-m", "compileall", "-q", *sources], check=True, timeout=300, stdout=subprocess.DEVNULL)
 
     def workdir(self) -> Path:
         """A fresh 0700 dir owned by nobody (short path: unix sockets go there)."""
