@@ -124,7 +124,7 @@ async def fleet_load(run: Run, fleet: Fleet, entry: str, settings: Any, targets:
         # the first load's start, as one process records it; before any row:
         # a streaming summary places each row in its stage as it comes
         run.extras["load_t0_rel"] = round(head_t0 - run.t0, 4)
-    merge = _Merge(run, targets, fleet, on_note)
+    merge = _Merge(run, fleet, on_note)
     try:
         await fleet.run(entry, jobs, head_t0, merge.batch)
     finally:
@@ -140,11 +140,11 @@ async def fleet_load(run: Run, fleet: Fleet, entry: str, settings: Any, targets:
 
 class _Merge:
     """What the head does with a batch: every row as a local turn's (the run
-    directory, the rows, the progress line), the failure stories within the
+    directory, the run's digest or rows, the progress line), the failure stories within the
     run's bound, and the target's life checked."""
 
-    def __init__(self, run: Run, targets: Sequence[Target], fleet: Fleet | None = None, on_note: OnNote | None = None) -> None:
-        self.run, self.targets = run, targets
+    def __init__(self, run: Run, fleet: Fleet | None = None, on_note: OnNote | None = None) -> None:
+        self.run = run
         self.fleet, self.on_note = fleet, on_note
         self.seconds = 0.0
         self.rows = 0
