@@ -6,9 +6,11 @@ timing decides, made alone: test_compare_runs.py.)"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from e2ehelpers import Cli, run_dir
+from e2ehelpers import run_dir
 
 # not `serial`: a refusal is read from run.json, and of the one compare that goes on (`mix` against `own`, 4 turns
 # each) only `latency all` is timed, 2 slow and 2 text turns a run: a band of ~40-90x, whose drift limit (x890 at
@@ -17,33 +19,29 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # another mix and conns than `mix` below, and other inputs (which may differ)
 OLD = ("stress", "--launch", "--conns", "4", "--inputs", "1", "--mix", "!slowbatch4:1,text:1", "--quiet")
 MIX = ("stress", "--launch", "--conns", "2", "--inputs", "2", "--mix", "!slowbatch4:1,text:2", "--quiet")
+RUNS = {
+    "old": OLD,
+    "mix": MIX,
+    "batch": ("batch", "--launch", "--n", "2", "--kinds", "batch", "--rounds", "1", "--quiet"),
+    # like `mix` under one's own kernel's contract (no dedup, interrupts, stats, sessions), and under another order rule
+    "own": (*MIX, *[a for pair in ("dedup=false", "interrupts=false", "stats=false", "sessions=false") for a in ("--contract", pair)]),
+    "anyorder": (*MIX, "--contract", "order=any"),
+}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """The stored runs, made once: OLD, one of another mix and conns, one of
-    another scenario, and runs like `mix` under one's own kernel's contract
-    (no dedup, interrupts, stats, sessions) and under another order rule
-    (issue 22 item 16)."""
-    base = tmp_path_factory.mktemp("refusals")
-    cli = Cli(base / "home", base / "runs")
+def made(cli, *names: str) -> dict[str, Path]:
+    """The stored runs a test compares, made by the test itself: a module's
+    shared runs would be made again by each xdist worker its tests land on."""
     out = {}
-    made = {
-        "old": OLD,
-        "mix": MIX,
-        "batch": ("batch", "--launch", "--n", "2", "--kinds", "batch", "--rounds", "1", "--quiet"),
-        "own": (*MIX, *[a for pair in ("dedup=false", "interrupts=false", "stats=false", "sessions=false") for a in ("--contract", pair)]),
-        "anyorder": (*MIX, "--contract", "order=any"),
-    }
-    for name, argv in made.items():
-        r = cli.run(*argv, "--out", str(cli.out))
+    for name in names:
+        r = cli.run(*RUNS[name], "--out", str(cli.out))
         assert r.returncode == 0, r.stdout + r.stderr
         out[name] = run_dir(r)
-    return cli, out
+    return out
 
 
-def test_runs_that_cannot_be_compared_are_refused_naming_the_difference(runs, tmp_path):
-    cli, d = runs
+def test_runs_that_cannot_be_compared_are_refused_naming_the_difference(cli, tmp_path):
+    d = made(cli, "old", "mix", "batch")
     r = cli.run("compare", str(d["old"]), str(d["mix"]))
     assert r.returncode == 2 and r.stdout == ""
     assert "different mix: OLD '!slowbatch4:1,text:1', NEW '!slowbatch4:1,text:2'" in r.stderr
@@ -54,9 +52,9 @@ def test_runs_that_cannot_be_compared_are_refused_naming_the_difference(runs, tm
     assert r.returncode == 2 and f"{tmp_path}/run.json: cannot read it" in r.stderr and "run directory" in r.stderr
 
 
-def test_the_reference_kernels_contract_against_ones_own_compares_over_the_keys_stress_uses(runs):
+def test_the_reference_kernels_contract_against_ones_own_compares_over_the_keys_stress_uses(cli):
     """issue 22 item 16: refused as 'different contract' though stress uses none of the keys that differ."""
-    cli, d = runs
+    d = made(cli, "mix", "own", "anyorder")
     r = cli.run("compare", str(d["mix"]), str(d["own"]))
     assert r.returncode == 0, r.stdout + r.stderr
     for key in ("dedup", "interrupts", "stats", "sessions"):
