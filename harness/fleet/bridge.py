@@ -95,7 +95,11 @@ def main() -> int:
             try:
                 ray.init(address=spec.address, log_to_driver=False, configure_logging=False)
                 break
-            except ConnectionAbortedError as exc:
+            except ConnectionError as exc:
+                if not isinstance(exc, ConnectionAbortedError) or attempt == CLIENT_TRIES:
+                    # no cluster where the address says: the head names it, without Ray's traceback
+                    write(out, lock, {"op": "unreachable", "why": str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__})
+                    return 0
                 # Ray Client's proxier at times fails to start this client's server
                 # (its shim process seen exiting at once on a loaded machine; 2 of 3
                 # runs of the cluster test under -n 2): a new connection gets a new one
@@ -104,8 +108,6 @@ def main() -> int:
                     ray.shutdown()
                 except Exception:  # noqa: BLE001 - nothing was connected
                     pass
-                if attempt == CLIENT_TRIES:
-                    raise
         nodes = sorted(x["NodeID"] for x in ray.nodes() if x.get("Alive"))
         n = spec.workers or len(nodes)
         options = {"num_cpus": 0}

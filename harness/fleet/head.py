@@ -116,6 +116,12 @@ class Fleet:
         try:
             self._send({"op": "hello", "spec": self.spec, "root": ROOT, "temp_dir": self._temp})
             ready = await self._read(START_TIMEOUT_S, "starting Ray and its workers")
+            if ready is not None and ready.get("op") == "unreachable":
+                raise InfraError(f"the fleet ({self.spec.text}) did not start: {ready['why']} -- " + (
+                    "--fleet auto joins the cluster RAY_ADDRESS names or the one `ray start` runs on this machine; start one "
+                    "(`ray start --head --node-ip-address 127.0.0.1`), or run the workers here with --fleet local:N"
+                    if self.spec.address == "auto" else
+                    f"is a Ray head with its client server (`ray start --head --ray-client-server-port PORT`) running at {self.spec.address}?"))
             if ready is None or ready.get("op") != "ready":
                 raise InfraError(f"the fleet ({self.spec.text}) did not start: {self._tail()}")
             self.init_s = ready["init_s"]
