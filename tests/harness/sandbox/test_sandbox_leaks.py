@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from harness.sandbox.namespace import NETNS_DIR, Sandbox, default_prefix
-from sbx_helpers import alive, await_until, leftovers, wait_gone
+from sbx_helpers import alive, await_until, boot_clock, leftovers, wait_gone
 
 LEAK_DEADLINE_S = 2.0
 
@@ -44,9 +44,9 @@ class Owner:
     def sigkill(self) -> None:
         os.kill(self.proc.pid, signal.SIGKILL)
 
-    def everything(self) -> dict:
+    def everything(self, born_before: float | None = None) -> dict:
         i = self.info
-        return leftovers(i["name"], i["net_inode"], i["lock_path"], i["pids"] + [i["guardian_pid"]])
+        return leftovers(i["name"], i["net_inode"], i["lock_path"], i["pids"] + [i["guardian_pid"]], born_before)
 
     async def __aexit__(self, *exc) -> None:
         if self.proc.returncode is None:
@@ -88,6 +88,10 @@ async def test_stale_namespace_is_swept_and_a_live_one_left_alone(runner, how):
         live, stale = await asyncio.gather(
             stack.enter_async_context(Owner(runner, "--grace", "0.3")), stack.enter_async_context(Owner(runner, *args))
         )
+        # every process of the stale sandbox is older than this; once its
+        # namespace is gone its inode is free for any other sandbox of the
+        # suite (CI: another worker's guardian and mock were found in it)
+        born = boot_clock()
         if how == "guardian-killed":
             os.kill(stale.info["guardian_pid"], signal.SIGKILL)
         stale.sigkill()
@@ -100,7 +104,7 @@ async def test_stale_namespace_is_swept_and_a_live_one_left_alone(runner, how):
         result = await runner.check("start_and_sweep")
         assert stale.info["name"] in result["swept"]
         assert live.info["name"] not in result["swept"]
-        assert not stale.everything(), f"the sweep left {stale.everything()}"
+        assert not stale.everything(born), f"the sweep left {stale.everything(born)}"
         # The live owner's sandbox is intact: processes, guardian, lock (and /run/netns entry).
         still = live.everything()
         assert set(still.get("known_pids_alive", {})) == set(live.info["pids"]) | {live.info["guardian_pid"]}
