@@ -72,6 +72,7 @@ async def test_short_mixed_calls_are_judged_by_their_stagger_and_a_throttle_is_s
         assert "waited for an end" in r.report
 
 
+@pytest.mark.serial  # a speedup of real tool processes: beside other tests it fell to 2.64 at n=4 (CI, 35719ac)
 @pytest.mark.parametrize("baseline", ["kernel", "sum"])
 async def test_the_speedup_is_near_n_with_each_baseline(kernel_factory, out_dir, baseline):
     # the default 200 ms tools: the kernel's few ms of overhead per call stay small beside them
