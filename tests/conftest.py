@@ -32,9 +32,21 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... under xdist
 os.environ["KSTRESS_NS_PREFIX"] = "kstw" + _WORKER.removeprefix("gw") if _WORKER else "kstt"
 os.environ["KSTRESS_HOME"] = tempfile.mkdtemp(prefix=f"kst-home-{_WORKER or 'main'}-")
 atexit.register(shutil.rmtree, os.environ["KSTRESS_HOME"], True)
+# report.html costs a kstress run about 2 CPU-seconds (1.1 of them importing
+# matplotlib), and the suite is CPU-bound on two cores: its runs are read
+# through run.json, report.md and stdout, so the page is drawn only where a
+# test reads it (the `draws_html` fixture). A developer's own setting wins.
+os.environ.setdefault("KSTRESS_HTML", "0")
 # folders whose tests need root: named network namespaces, or dropping to
 # nobody for the rootless variant (CI runs as root)
 ROOT_DIRS = ("e2e", "harness/sandbox")
+
+
+@pytest.fixture
+def draws_html(monkeypatch):
+    """kstress runs the test starts end by drawing report.html (request it
+    before the fixtures that build their environment, such as `cli`)."""
+    monkeypatch.setenv("KSTRESS_HTML", "1")
 
 
 def pytest_collection_modifyitems(config, items):

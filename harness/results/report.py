@@ -6,6 +6,7 @@ imports nothing from the scenarios."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 from .observed import not_checked
@@ -13,6 +14,29 @@ from .observed import not_checked
 
 _MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", "\\": "\\\\", "`": "\\`", "[": "\\[", "]": "\\]",
                              "|": "\\|", "\r": " ", "\n": " ⏎ "})
+
+
+HTML_ENV = "KSTRESS_HTML"
+_HTML_VALUES = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def html_wanted() -> bool:
+    """Whether a run ends by drawing report.html (``KSTRESS_HTML``, default
+    on). Drawing it costs about 2 CPU-seconds a run, 1.1 of them importing
+    matplotlib: a job that runs kstress in a loop and reads run.json can
+    leave it out (``KSTRESS_HTML=0``) and draw it later, from the run's
+    files, with ``kstress report DIR --format html``. A value it does not
+    know is an error (check_html_env), never a silent default."""
+    return _HTML_VALUES.get(os.environ.get(HTML_ENV, "1").strip().lower(), True)
+
+
+def check_html_env() -> None:
+    from ..errors import UsageError
+
+    v = os.environ.get(HTML_ENV)
+    if v is not None and v.strip().lower() not in _HTML_VALUES:
+        raise UsageError(f"{HTML_ENV}={v!r} is invalid: use 1 (draw report.html at the end of a run, the default) or 0 (leave it out; "
+                         "`kstress report DIR --format html` draws it later)")
 
 
 def md_text(v: Any) -> str:
@@ -66,7 +90,10 @@ def header(doc: dict[str, Any], title: str) -> list[str]:
     src = (doc.get("meta") or {}).get("source") or {}
     if src.get("scenario_file"):
         out.append(f"- scenario file {md_code(src['scenario_file'])} (sha256 {str(src.get('scenario_file_sha256'))[:16]}…): `kstress run` it again to repeat this run")
-    out.append("- charts and this report as one page: [report.html](report.html)")
+    if html_wanted():
+        out.append("- charts and this report as one page: [report.html](report.html)")
+    else:
+        out.append(f"- no report.html ({HTML_ENV}=0): `kstress report` of this run's directory with `--format html` draws it")
     if doc.get("error"):
         out.append(f"- **error:** {md_text(doc['error'])}")
     for note in doc.get("notes") or ():

@@ -81,8 +81,10 @@ def check_timeouts(settings: Any) -> None:
     """--timeout and --connect-timeout within their bounds, naming the flag."""
     from ..errors import UsageError
 
+    from ..results.report import check_html_env
     from ..results.thresholds import check_thresholds
 
+    check_html_env()  # read at the run's end: a typo is caught before the run, not after it
     check_thresholds(settings)  # every scenario checks its timeouts; its thresholds go with them
     port = getattr(settings, "metrics_port", None)
     if port is not None and not 0 <= port <= 65535:

@@ -54,6 +54,7 @@ from ..results.comparison import CompareSpec
 from ..results.observed import count_log, count_records, llm_api_checks, observed_entry
 from ..results.rundir import FLUSH_EVERY_S, Check, RunDir, host_meta
 from ..results.stats import LogHistogram
+from ..results.report import html_wanted
 from ..sandbox.launcher import copy_logs
 from ..sandbox.sut import Target
 from ..sandbox.target import scrub
@@ -538,7 +539,8 @@ def _write(scenario: Scenario, settings: Any, targets: Sequence[Target], run: Ru
     rundir.finish(doc)
     report = scenario.render(doc, summary)
     (rundir.path / "report.md").write_text(report)
-    write_html(rundir.path, doc, rows, report)
+    if html_wanted():
+        write_html(rundir.path, doc, rows, report)
     return RunResult(scenario.name, passed, exit_code, rundir.path, summary, tuple(checks), report, message)
 
 

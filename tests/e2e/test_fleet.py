@@ -65,7 +65,7 @@ def checks(doc) -> list[tuple[str, bool]]:
     return [(c["name"], c["passed"]) for c in doc["checks"]]
 
 
-def test_a_local_fleet_drives_the_same_load_as_one_process(cli):
+def test_a_local_fleet_drives_the_same_load_as_one_process(draws_html, cli):
     fleet = cli.run("stress", "--fleet", "local:2", *LOAD, "--out", str(cli.out), timeout=300)
     assert fleet.returncode == 0, fleet.stdout + fleet.stderr
     one = cli.run("stress", *LOAD, "--out", str(cli.out), timeout=300)
@@ -83,6 +83,7 @@ def test_a_local_fleet_drives_the_same_load_as_one_process(cli):
     assert [w["turns_recorded"] for w in f["workers"]] == [640, 640] and f["rows_merged"] == 1280
     assert all(w["node_ip"] == "127.0.0.1" and w["clock_bound_s"] < 0.5 for w in f["workers"])
     assert ray_left() == []
+    assert (run_dir(fleet) / "report.html").exists() and (run_dir(one) / "report.html").exists()
     # the fleet's run directory is a run directory: report recomputes it as written, compare takes it beside a one-process run
     rep = cli.run("report", str(run_dir(fleet)))
     assert rep.returncode == 0 and "were they edited" not in rep.stdout and "1280/1280 passed" in rep.stdout, rep.stdout + rep.stderr

@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from hostilekernel import HOSTILE, HOSTILE_CODE  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("draws_html")]  # these tests read report.html
 
 
 class Page(HTMLParser):

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("draws_html")]  # these tests read report.html
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -190,3 +190,25 @@ def test_secrets_the_target_file_marks_are_redacted(cli, tmp_path):
     bad.write_text('[target]\nbin = "refkernel"\nsecret = "--llm-api-key"\n')
     b = cli.run("stress", "--launch", "--target", str(bad), "--quiet", "--out", str(cli.out))
     assert b.returncode == 2 and "secret must be a list" in b.stderr
+
+
+def test_kstress_html_0_leaves_the_page_out_and_report_draws_it_later(cli):
+    """KSTRESS_HTML=0 (a loop of runs that reads run.json): no report.html, the
+    header says how to draw it, and `kstress report --format html` draws it
+    from the run's files; a value it does not know is refused before the run."""
+    cli.env["KSTRESS_HTML"] = "0"
+    r = cli.run("stress", "--launch", "--conns", "2", "--inputs", "2", "--mix", "text:1", "--quiet", "--out", str(cli.out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = run_dir(r)
+    assert not (d / "report.html").exists() and (d / "run.json").exists()
+    md = (d / "report.md").read_text()
+    assert "[report.html](report.html)" not in md and "no report.html (KSTRESS_HTML=0)" in md, md[:800]
+    page = cli.run("report", str(d), "--format", "html", "-o", str(d / "report.html"))
+    assert page.returncode == 0, page.stderr
+    html = (d / "report.html").read_text()
+    assert 'data-chart="latency-over-time"' in html and "4/4" in html, html[:2000]
+    cli.env["KSTRESS_HTML"] = "maybe"
+    before = set(cli.out.iterdir()) if cli.out.exists() else set()
+    bad = cli.run("stress", "--launch", "--conns", "2", "--inputs", "2", "--quiet", "--out", str(cli.out))
+    assert bad.returncode == 2 and "KSTRESS_HTML='maybe' is invalid" in bad.stderr, bad.stdout + bad.stderr
+    assert (set(cli.out.iterdir()) if cli.out.exists() else set()) == before

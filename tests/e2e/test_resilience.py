@@ -26,7 +26,7 @@ def broken(doc: dict) -> dict[str, set[str]]:
     return {t["class"]: set(t["broken"]) for t in doc["summary"]["classes"]}
 
 
-def test_the_reference_kernel_retrying_as_declared_passes_every_grade(cli):
+def test_the_reference_kernel_retrying_as_declared_passes_every_grade(draws_html, cli):
     r, doc = resilience(cli, *GOOD, *SDK)
     assert r.returncode == 0, r.stdout + r.stderr
     s = doc["summary"]
