@@ -37,6 +37,12 @@ atexit.register(shutil.rmtree, os.environ["KSTRESS_HOME"], True)
 # through run.json, report.md and stdout, so the page is drawn only where a
 # test reads it (the `draws_html` fixture). A developer's own setting wins.
 os.environ.setdefault("KSTRESS_HTML", "0")
+# Every aiohttp import builds two verified TLS contexts, loading the system's
+# CA bundle (~0.07 CPU-s of a reference kernel's 0.58 at start-up); the suite
+# starts mocks and kernels by the hundred and speaks only plain HTTP on
+# loopback. An empty bundle for its processes (a pip install that needs one
+# takes it back: tests/harness/sandbox/sbx_unpriv.py).
+os.environ.setdefault("SSL_CERT_FILE", os.devnull)
 # folders whose tests need root: named network namespaces, or dropping to
 # nobody for the rootless variant (CI runs as root)
 ROOT_DIRS = ("e2e", "harness/sandbox")

@@ -13,7 +13,7 @@ __all__, __getattr__ = surface(__name__, {
     "htmlreport": ("render_html",),
     "observed": ("count_log", "count_records", "llm_api_checks", "not_checked", "observed_entry"),
     "promexport": ("LiveMetrics", "render_prom"),
-    "report": ("checks_section", "fmt_ms", "fmt_num", "fmt_pct", "header", "latency_by_marker_section", "md_code", "md_text"),
+    "report": ("HTML_ENV", "check_html_env", "html_wanted", "checks_section", "fmt_ms", "fmt_num", "fmt_pct", "header", "latency_by_marker_section", "md_code", "md_text"),
     "rundir": ("Check", "FLUSH_EVERY_S", "RunDir", "host_meta", "read_run"),
     "runlist": ("list_runs", "table"),
     "stats": ("ALPHA", "LogHistogram", "MIN_EFFECT", "bootstrap_median", "bootstrap_ratio", "compare", "stability_warnings", "summarize"),

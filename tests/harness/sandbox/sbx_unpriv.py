@@ -109,7 +109,7 @@ class UnprivEnv:
             subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, timeout=300)
             subprocess.run(
                 [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *ROOT_DISTS],
-                check=True, timeout=600,
+                check=True, timeout=600, env={k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"},  # the registry may be https
             )
             self.python = str(venv / "bin" / "python")
             self._compile()
